@@ -1,0 +1,3 @@
+from gpuscout.cli.app import main
+
+main()

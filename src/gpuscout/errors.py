@@ -1,0 +1,32 @@
+"""The error tree. A user error says what happened, why, and how to fix it.
+
+User errors (subclasses of `GpuscoutError`) are printed without a traceback and exit 1;
+anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class GpuscoutError(Exception):
+    """A mistake in the user's input or environment, explained in three parts."""
+
+    def __init__(self, what: str, why: str, fix: str) -> None:
+        self.what = what
+        self.why = why
+        self.fix = fix
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return f"{self.what}\n  Why: {self.why}\n  To fix: {self.fix}"
+
+
+class UnknownNameError(GpuscoutError):
+    """A GPU, model or preset name that is not in the catalog."""
+
+
+class SpecError(GpuscoutError):
+    """A job spec, config or price sheet that cannot be read or is invalid."""
+
+
+class MissingDependencyError(GpuscoutError):
+    """An optional dependency (torch, transformers, …) that a command needs is not installed."""
