@@ -1,0 +1,38 @@
+# Two commands: `make demo` (the main job on embedded defaults) and `make test` (lint, types, tests).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# torch is only needed for tests and benchmarks (the estimator has no torch dependency).
+# On these machines torch 2.13.0 (CPU) installs from local disk; on a GPU box set TORCH=torch.
+TORCH ?= torch==2.13.0
+
+.PHONY: demo test bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(VENV)/.demo: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e .
+	touch $@
+
+$(VENV)/.test: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[test]"
+	touch $@
+
+demo: $(VENV)/.demo
+	$(BIN)/gpuscout estimate
+	$(BIN)/gpuscout estimate --gpu rtx-4090
+
+test: $(VENV)/.test
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/pytest -q
+
+bench: $(VENV)/.test
+	$(BIN)/python benchmarks/estimator_speed.py
+	$(BIN)/python benchmarks/cli_startup.py
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

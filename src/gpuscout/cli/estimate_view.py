@@ -1,0 +1,95 @@
+"""`gpuscout estimate`: screen a job spec across GPUs, optionally beside a FakeTensor trace."""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+from gpuscout.estimate.memory import Job, Model
+from gpuscout.estimate.params import lora_targets
+from gpuscout.estimate.screen import screen
+from gpuscout.estimate.validate import validate_llm_job
+from gpuscout.hardware.catalog import find_gpu, load_catalog
+from gpuscout.report.console import screening_table, trace_table, verdict_detail
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, load_job, parse_job
+from gpuscout.workload.resolve import llm_config, resolve_image, resolve_llm
+from gpuscout.workload.shape import ModelShape
+
+
+def run_estimate(job_path: Path | None, gpu_names: list[str], *, trace: bool,
+                 trace_layers: int | None) -> tuple[dict[str, Any], RenderableType]:
+    job, base_dir = _load(job_path)
+    model = resolve_model(job, base_dir)
+    gpus = [find_gpu(n) for n in gpu_names] if gpu_names else list(load_catalog())
+    screening = screen(job, model, gpus)
+    payload: dict[str, Any] = {"job": job.model_dump(), "screening": screening.model_dump()}
+    parts: list[RenderableType] = [screening_table(screening)]
+    if gpu_names:
+        parts += [verdict_detail(v) for v in screening.verdicts]
+    else:
+        parts.append(Text("Detail for one GPU: gpuscout estimate JOB.toml --gpu h100", style="dim"))
+    if trace:
+        traced = run_trace(job, model, base_dir, trace_layers)
+        payload["trace"] = traced.model_dump()
+        analytic = screening.verdicts[0].breakdown
+        parts.append(trace_table(analytic, trace_categories(traced.peak_bytes), traced.peak_total_bytes))
+        parts.append(Text("\n".join(traced.notes), style="dim"))
+    return payload, Group(*parts)
+
+
+def _load(job_path: Path | None) -> tuple[Job, Path | None]:
+    if job_path is not None:
+        return load_job(job_path), job_path.parent
+    text = resources.files("gpuscout.workload").joinpath("default_job.toml").read_text(encoding="utf-8")
+    return parse_job(tomllib.loads(text), origin="built-in default job"), None
+
+
+def resolve_model(job: Job, base_dir: Path | None) -> Model:
+    if isinstance(job, ImageJob):
+        return resolve_image(job.model)
+    shape = resolve_llm(job.model, base_dir=base_dir)
+    validate_llm_job(job, shape)
+    return shape
+
+
+def run_trace(job: Job, model: Model, base_dir: Path | None, layers: int | None) -> Any:
+    from gpuscout.measure.trace import trace_finetune_step, trace_inference_step
+
+    config = llm_config(job.model, base_dir=base_dir) if not isinstance(job, ImageJob) else None
+    match job:
+        case FinetuneJob():
+            return trace_finetune_step(
+                config or {}, micro_batch=job.micro_batch, seq_len=job.seq_len, precision=job.precision,
+                optimizer=job.optimizer, method=job.method, lora_rank=job.lora.rank, lora_alpha=job.lora.alpha,
+                lora_target_modules=_trace_targets(job, model), gradient_checkpointing=job.gradient_checkpointing,
+                attention="eager" if job.attention == "eager" else "sdpa", num_layers=layers)
+        case InferenceJob():
+            weight = job.weights if job.weights in ("fp32", "bf16", "fp16") else "bf16"
+            return trace_inference_step(config or {}, batch=job.concurrency, prompt_tokens=job.prompt_tokens,
+                                        weight_dtype=weight, num_layers=layers)
+    from gpuscout.errors import GpuscoutError
+
+    raise GpuscoutError("Trace mode covers language models only.",
+                        "Image pipelines are not traced yet; their estimate is analytic.",
+                        "Drop --trace for image jobs.")
+
+
+def _trace_targets(job: FinetuneJob, model: Model) -> tuple[str, ...]:
+    """The leaf module names the analytic estimate adapts, so both sides adapt the same layers."""
+    if job.method == "full" or not isinstance(model, ModelShape):
+        return ()
+    return tuple(sorted({g.name.rsplit(".", 1)[-1] for g in lora_targets(model, job.lora)}))
+
+
+def trace_categories(peaks: dict[str, int]) -> dict[str, int]:
+    """MemTracker's categories in the estimator's names (parameters + buffers are weights)."""
+    names = {"parameters": "weights", "buffers": "weights", "other": "kv_cache"}
+    out: dict[str, int] = {}
+    for cat, value in peaks.items():
+        out[names.get(cat, cat)] = out.get(names.get(cat, cat), 0) + value
+    return out

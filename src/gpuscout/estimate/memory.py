@@ -1,0 +1,32 @@
+"""One entry point for every job kind: `estimate_memory(job, model, gpu)`."""
+
+from __future__ import annotations
+
+from gpuscout.errors import SpecError
+from gpuscout.estimate.breakdown import MemoryBreakdown
+from gpuscout.estimate.image import estimate_image_memory
+from gpuscout.estimate.inference import estimate_inference_memory
+from gpuscout.estimate.training import estimate_finetune_memory
+from gpuscout.hardware.catalog import Gpu
+from gpuscout.workload.image import ImageModelShape
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
+from gpuscout.workload.shape import ModelShape
+
+Job = FinetuneJob | InferenceJob | ImageJob
+Model = ModelShape | ImageModelShape
+
+
+def estimate_memory(job: Job, model: Model, gpu: Gpu, *, gpus: int | None = None) -> MemoryBreakdown:
+    """Per-GPU peak memory of `job` on `gpu`; `gpus` overrides a fine-tune's GPU count."""
+    match job, model:
+        case FinetuneJob(), ModelShape():
+            return estimate_finetune_memory(job, model, gpu, gpus=gpus)
+        case InferenceJob(), ModelShape():
+            return estimate_inference_memory(job, model, gpu)
+        case ImageJob(), ImageModelShape():
+            return estimate_image_memory(job, model, gpu)
+    raise SpecError(
+        f"A {job.kind} job cannot run on {model.name}.",
+        "Fine-tune and inference jobs need a language model; image jobs need a diffusion model.",
+        "Set `model` to a matching preset (`gpuscout model --list`), config.json or checkpoint.",
+    )

@@ -1,0 +1,74 @@
+"""Fit verdicts, suggestions and inverse queries: each checked by re-running the estimator."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuscout.estimate.fit import combined_plan, largest_fitting, limits, suggest_changes
+from gpuscout.estimate.memory import estimate_memory
+from gpuscout.estimate.screen import screen
+from gpuscout.hardware.catalog import find_gpu, load_catalog
+from gpuscout.workload.image import load_image_preset
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
+from gpuscout.workload.presets import load_llm_preset
+
+LLAMA = load_llm_preset("llama-3-8b")
+RTX4090 = find_gpu("rtx-4090")
+
+TOO_BIG = FinetuneJob(kind="finetune", model="llama-3-8b", method="qlora", micro_batch=4, seq_len=4096,
+                      grad_accum=4, gradient_checkpointing=False)
+
+
+def test_suggestions_each_save_memory_and_are_ordered_cheapest_first() -> None:
+    base = estimate_memory(TOO_BIG, LLAMA, RTX4090)
+    assert not base.fits
+    suggestions = suggest_changes(TOO_BIG, LLAMA, RTX4090)
+    assert suggestions[0].change.startswith("micro_batch 4 → 1")
+    for s in suggestions:
+        assert s.peak_bytes == base.peak_bytes - s.saves_bytes
+    names = [s.change for s in suggestions]
+    assert names.index("gradient checkpointing") < names.index("offload optimizer states to CPU")
+
+
+def test_combined_plan_ends_in_a_fit() -> None:
+    plan = combined_plan(TOO_BIG, LLAMA, RTX4090)
+    assert plan and plan[-1].fits and not any(s.fits for s in plan[:-1])
+
+
+def test_more_gpus_is_offered_when_nothing_else_fits() -> None:
+    seventy = load_llm_preset("llama-3.1-70b")
+    full = FinetuneJob(kind="finetune", model="llama-3.1-70b", method="full", seq_len=2048,
+                       gradient_checkpointing=True)
+    offers = [s for s in suggest_changes(full, seventy, find_gpu("h100")) if "gpus" in s.spec_change]
+    assert offers and offers[0].fits and offers[0].spec_change["sharding"] == "zero3"
+
+
+@pytest.mark.parametrize("field", ["micro_batch", "seq_len"])
+def test_largest_fitting_is_the_edge(field: str) -> None:
+    job = TOO_BIG.model_copy(update={"gradient_checkpointing": True, "micro_batch": 1})
+    n = largest_fitting(job, LLAMA, RTX4090, field, 1 << 16)
+    assert 0 < n < 1 << 16
+    assert estimate_memory(job.model_copy(update={field: n}), LLAMA, RTX4090).fits
+    assert not estimate_memory(job.model_copy(update={field: n + 1}), LLAMA, RTX4090).fits
+
+
+def test_limits_cover_every_kind() -> None:
+    h100 = find_gpu("h100")
+    serve = InferenceJob(kind="inference", model="llama-3-8b", prompt_tokens=2000, output_tokens=500)
+    assert set(limits(serve, LLAMA, h100).values) == {"concurrency", "context_tokens"}
+    assert limits(serve, LLAMA, h100).values["context_tokens"] == LLAMA.max_position_embeddings
+    image = ImageJob(kind="image", model="sdxl")
+    lim = limits(image, load_image_preset("sdxl"), h100).values
+    assert lim["batch"] >= 1 and lim["side_px"] % 8 == 0
+
+
+def test_a_model_that_never_fits_reports_zero() -> None:
+    job = FinetuneJob(kind="finetune", model="llama-3.1-70b", method="full", seq_len=2048)
+    assert limits(job, load_llm_preset("llama-3.1-70b"), find_gpu("l4")).values["micro_batch"] == 0
+
+
+def test_screening_covers_the_whole_catalog() -> None:
+    result = screen(TOO_BIG, LLAMA, load_catalog())
+    assert len(result.verdicts) == len(load_catalog())
+    assert any(v.fits for v in result.verdicts) and any(not v.fits for v in result.verdicts)
+    assert all(v.plan or v.fits or v.suggestions for v in result.verdicts)
