@@ -1,0 +1,79 @@
+"""The CLI as a user runs it: real subprocesses, real exit codes, JSON that scripts can rely on."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLES = Path(__file__).parent.parent.parent / "examples"
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpuscout", *args], capture_output=True, text=True,
+                          timeout=120, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+
+
+def test_help_lists_the_commands() -> None:
+    out = run("--help")
+    assert out.returncode == 0
+    for command in ("estimate", "model", "gpus"):
+        assert command in out.stdout
+
+
+def test_model_json_has_the_integer_fields_scripts_rely_on() -> None:
+    out = run("model", "llama-3-8b", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["params_total"] == 8_030_261_248
+    assert data["params_active"] == data["params_total"]
+    assert data["kv_cache_bytes_per_token"] == 131_072
+    assert all(isinstance(data[k], int) for k in ("params_total", "params_active", "kv_cache_bytes_per_token"))
+
+
+def test_model_accepts_a_config_file(tmp_path: Path) -> None:
+    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000,
+              "max_position_embeddings": 512}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    out = run("model", str(tmp_path), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["kv_cache_bytes_per_token"] == 2 * 2 * 2 * 16 * 2
+
+
+def test_estimate_json_for_an_example() -> None:
+    out = run("estimate", str(EXAMPLES / "llama3-70b-serving-8k.toml"), "--gpu", "h100", "--json")
+    assert out.returncode == 0, out.stderr
+    verdict = json.loads(out.stdout)["screening"]["verdicts"][0]
+    assert verdict["gpu_sku"] == "h100-sxm5-80gb" and verdict["fits"] is True
+    assert verdict["limits"]["values"]["concurrency"] >= 16
+
+
+def test_default_estimate_prints_a_table_for_every_gpu() -> None:
+    out = run("estimate")
+    assert out.returncode == 0, out.stderr
+    assert "rtx-4090" in out.stdout and "h200-sxm-141gb" in out.stdout
+
+
+def test_unknown_gpu_suggests_and_exits_1_without_traceback() -> None:
+    out = run("estimate", "--gpu", "h10")
+    assert out.returncode == 1
+    assert "Did you mean" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_unknown_model_suggests() -> None:
+    out = run("model", "llama-3-8")
+    assert out.returncode == 1 and "llama-3-8b" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bad_toml_exits_1_and_names_the_line(tmp_path: Path) -> None:
+    spec = tmp_path / "bad.toml"
+    spec.write_text('kind = "image"\nmodel = "sdxl"\nwidth = \n')
+    out = run("estimate", str(spec))
+    assert out.returncode == 1 and "line 3" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_missing_spec_file_is_a_user_error(tmp_path: Path) -> None:
+    out = run("estimate", str(tmp_path / "nope.toml"))
+    assert out.returncode == 1 and "To fix" in out.stderr
