@@ -42,7 +42,7 @@ def weight_bytes_by_format(shape: ModelShape) -> dict[str, int]:
     """Weight bytes in each storage format (int4: group 128; quantized formats keep 16-bit leftovers)."""
     out = {}
     for fmt in WEIGHT_FORMATS:
-        job = InferenceJob(kind="inference", model=shape.name, weights=fmt)  # type: ignore[arg-type]
+        job = InferenceJob(kind="inference", model=shape.name, weights=fmt)
         out[fmt] = total_bytes(weight_terms(job, shape.model_copy(update={"checkpoint": None})))
     if shape.checkpoint is not None:
         out["checkpoint (exact)"] = shape.checkpoint.total_bytes

@@ -104,7 +104,8 @@ def _finetune_candidates(job: FinetuneJob) -> list[Candidate]:
     if job.attention == "eager":
         c.append(("flash/SDPA attention instead of eager", {"attention": "sdpa"}, "none (usually faster)"))
     if not job.gradient_checkpointing:
-        c.append(("gradient checkpointing", {"gradient_checkpointing": True}, "about +33% step time (one extra forward)"))
+        c.append(("gradient checkpointing", {"gradient_checkpointing": True},
+                  "about +33% step time (one extra forward)"))
     if job.optimizer == "adamw":
         c.append(("8-bit AdamW (bitsandbytes)", {"optimizer": "adamw_8bit"}, "small; near-identical convergence"))
     if job.method == "full":

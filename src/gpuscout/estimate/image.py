@@ -24,7 +24,7 @@ from gpuscout.estimate import overhead
 from gpuscout.estimate.breakdown import MemoryBreakdown, MemoryTerm, term, total_bytes
 from gpuscout.estimate.validate import validate_image_job
 from gpuscout.hardware.catalog import Gpu, usable_memory_bytes
-from gpuscout.workload.image import ImageModelShape
+from gpuscout.workload.image import ImageComponent, ImageModelShape
 from gpuscout.workload.job import ImageJob
 from gpuscout.workload.shape import DTYPE_BYTES
 
@@ -51,13 +51,19 @@ def estimate_image_memory(job: ImageJob, model: ImageModelShape, gpu: Gpu) -> Me
     )
 
 
+def component_dtype(job: ImageJob, component: ImageComponent) -> str:
+    """The job's dtype, except a VAE that the pipeline upcasts to fp32 (SDXL's force_upcast)."""
+    return "fp32" if component.role == "vae" and component.default_dtype == "fp32" else job.dtype
+
+
 def weight_terms(job: ImageJob, model: ImageModelShape) -> list[MemoryTerm]:
-    b = DTYPE_BYTES[job.dtype]
     if job.cpu_offload:
         big = max(model.components, key=lambda c: c.params)
+        b = DTYPE_BYTES[component_dtype(job, big)]
         return [term(f"weights (offload: largest component, {big.name})", "weights", big.params * b,
                      f"{big.params:,} params × {b:g} B; the others wait in CPU memory")]
-    return [term(f"weights: {c.name}", "weights", c.params * b, f"{c.params:,} params × {b:g} B")
+    return [term(f"weights: {c.name}", "weights", c.params * DTYPE_BYTES[component_dtype(job, c)],
+                 f"{c.params:,} params × {DTYPE_BYTES[component_dtype(job, c)]:g} B ({component_dtype(job, c)})")
             for c in model.components]
 
 
@@ -104,7 +110,8 @@ def dit_bytes(model: ImageModelShape, latent_w: int, latent_h: int, ab: float, e
 
 
 def vae_decode_term(job: ImageJob, model: ImageModelShape) -> MemoryTerm:
-    ab = DTYPE_BYTES[job.dtype]
+    vae = next(c for c in model.components if c.role == "vae")
+    ab = DTYPE_BYTES[component_dtype(job, vae)]
     width = model.vae_block_out_channels[0]
     side_w, side_h = (min(job.width, VAE_TILE_PX), min(job.height, VAE_TILE_PX)) if job.vae_tiling else (
         job.width, job.height)

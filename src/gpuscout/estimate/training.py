@@ -194,7 +194,8 @@ def activation_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> lis
     tokens = job.micro_batch * job.seq_len
     eager = job.attention == "eager"
     per_layer = act.layer_activation_bytes_per_token(shape, ab, job.seq_len, eager, layout.tp) * tokens
-    formula = "Korthikanti-style per-tensor sum (GQA, gated MLP, " + ("eager s² scores" if eager else "flash/SDPA") + ")"
+    core = "eager s² scores" if eager else "flash/SDPA"
+    formula = f"Korthikanti-style per-tensor sum (GQA, gated MLP, {core})"
     if job.gradient_checkpointing:
         inputs = shape.num_layers * ab * shape.hidden_size * tokens
         terms = [

@@ -52,11 +52,12 @@ def model_table(shape: ModelShape) -> Table:
     table.add_column("field")
     table.add_column("value")
     experts = f"{shape.num_experts} (top-{shape.experts_per_token})" if shape.num_experts else "-"
+    expert_width = f" (experts {shape.moe_intermediate_size})" if shape.num_experts else ""
     rows = [
         ("source", shape.source),
         ("layers / hidden", f"{shape.num_layers} / {shape.hidden_size}"),
         ("heads / KV heads / head_dim", f"{shape.num_attention_heads} / {shape.num_kv_heads} / {shape.head_dim}"),
-        ("FFN width", f"{shape.intermediate_size}" + (f" (experts {shape.moe_intermediate_size})" if experts != "-" else "")),
+        ("FFN width", f"{shape.intermediate_size}{expert_width}"),
         ("experts", experts),
         ("vocab / tied embeddings", f"{shape.vocab_size:,} / {shape.tie_word_embeddings}"),
         ("max context", f"{shape.max_position_embeddings:,}"),
