@@ -77,3 +77,20 @@ def test_bad_toml_exits_1_and_names_the_line(tmp_path: Path) -> None:
 def test_missing_spec_file_is_a_user_error(tmp_path: Path) -> None:
     out = run("estimate", str(tmp_path / "nope.toml"))
     assert out.returncode == 1 and "To fix" in out.stderr
+
+
+def test_model_reads_exact_weight_bytes_from_a_checkpoint(tmp_path: Path) -> None:
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    config = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1,
+              "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 100,
+              "max_position_embeddings": 256}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    save_file({"a": np.zeros((100, 64), dtype=np.float16), "b": np.zeros((10,), dtype=np.float32)},
+              str(tmp_path / "model.safetensors"))
+    out = run("model", str(tmp_path), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["weight_bytes_by_format"]["checkpoint (exact)"] == 100 * 64 * 2 + 10 * 4
+    assert data["shape"]["checkpoint"]["by_dtype"][0]["dtype"] == "F16"
