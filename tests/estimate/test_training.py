@@ -41,7 +41,7 @@ def test_pure_bf16_adam_is_8_bytes_per_param() -> None:
 
 def test_mixed_precision_keeps_16_bit_copies_of_matmul_weights() -> None:
     b = estimate_finetune_memory(job(precision="bf16_mixed"), LLAMA, H100)
-    copies = next(t for t in b.terms if t.name == "16-bit weight copies")
+    copies = next(t for t in b.terms if t.name.startswith("16-bit weight copies"))
     assert 2 * 7.0e9 < copies.bytes < 2 * LLAMA.params_total + 1
 
 

@@ -19,12 +19,23 @@ from __future__ import annotations
 from gpuscout.workload.shape import ModelShape
 
 FP32 = 4
+# Families whose attention applies an RMSNorm to Q and K per head (Qwen3, Gemma 3).
+QK_NORM_FAMILIES = frozenset({"qwen3", "qwen3_moe", "gemma3_text"})
+# Activations transformers writes as several Python ops rather than one kernel.
+COMPOSED_ACTIVATIONS = frozenset({"gelu_new", "gelu_fast"})
 
 
 def norm_bytes(shape: ModelShape, act_bytes: int) -> int:
-    """A norm keeps its input; HF RMSNorm also keeps the fp32 upcast when activations are 16-bit."""
-    upcast = FP32 if act_bytes < FP32 and shape.family != "gpt2" else 0
-    return (act_bytes + upcast) * shape.hidden_size
+    """Bytes a norm keeps per token, beyond its output (which the next linear keeps).
+
+    LayerNorm (GPT-2) keeps its input. transformers' RMSNorm upcasts to fp32 and keeps that copy
+    (4 B) and the normalized tensor its weight multiplies (fp32 under AMP, where the residual
+    stream is fp32; 16-bit otherwise, plus the 16-bit input). FakeTensor traces of Llama steps
+    measure 8 B per hidden unit in every recipe (fp32, bf16 and bf16 mixed).
+    """
+    if shape.family == "gpt2":
+        return act_bytes * shape.hidden_size
+    return 2 * FP32 * shape.hidden_size
 
 
 def attention_bytes(shape: ModelShape, act_bytes: int, seq_len: int, eager: bool, tp: int) -> float:
@@ -32,10 +43,17 @@ def attention_bytes(shape: ModelShape, act_bytes: int, seq_len: int, eager: bool
     q_dim = shape.num_attention_heads * shape.head_dim
     kv_dim = shape.num_kv_heads * shape.head_dim
     heads = shape.num_attention_heads
-    replicated = norm_bytes(shape, act_bytes) + act_bytes * shape.hidden_size
+    replicated: float = norm_bytes(shape, act_bytes) + act_bytes * shape.hidden_size
+    if shape.family in QK_NORM_FAMILIES:
+        # Per-head RMSNorm on Q and K keeps the same 8 B per unit as any RMSNorm.
+        replicated += 2 * FP32 * (q_dim + kv_dim) / tp
     if eager:
-        # Eager repeats K/V to all heads, keeps the fp32 softmax output and its 16-bit cast.
-        split = act_bytes * 3 * q_dim + (FP32 + act_bytes) * heads * seq_len
+        # Eager repeats K/V to all heads, keeps the fp32 softmax output and its 16-bit cast,
+        # plus Gemma 2's tanh soft-capped scores and a dropout mask and output when dropout is on.
+        per_score = FP32 + act_bytes
+        per_score += act_bytes if shape.attn_logit_softcapping else 0
+        per_score += 1 + act_bytes if shape.dropout > 0 else 0
+        split = act_bytes * 3 * q_dim + per_score * heads * seq_len
     else:
         # Flash/SDPA keep Q, K, V, the output and an fp32 log-sum-exp per head.
         split = act_bytes * (q_dim + 2 * kv_dim + q_dim) + FP32 * heads
@@ -43,8 +61,14 @@ def attention_bytes(shape: ModelShape, act_bytes: int, seq_len: int, eager: bool
 
 
 def mlp_bytes(shape: ModelShape, act_bytes: int, width: int, tp: int) -> float:
-    """MLP per token: gated keeps gate, act, up and product (4f); plain keeps fc out and act (2f)."""
+    """MLP per token: gated keeps gate, act, up and product (4f); plain keeps fc out and act (2f).
+
+    GELU written out in Python ops (transformers' gelu_new / gelu_fast: 0.5·x·(1 + tanh(…)))
+    keeps about three more f-wide tensors than a fused activation (measured with traces).
+    """
     kept = 4 * width if shape.gated_mlp else 2 * width
+    if shape.hidden_act in COMPOSED_ACTIVATIONS:
+        kept += 3 * width
     return norm_bytes(shape, act_bytes) + act_bytes * shape.hidden_size + act_bytes * kept / tp
 
 
@@ -83,14 +107,32 @@ def layer_activation_bytes_per_token(
     dense_layers = shape.num_layers - moe_layers
     dense = mlp_bytes(shape, act_bytes, shape.intermediate_size, tp)
     moe = moe_mlp_bytes(shape, act_bytes, tp, moe_layers) if moe_layers else 0.0
-    return attention + (dense_layers * dense + moe_layers * moe) / shape.num_layers
+    extra_norms = (shape.norms_per_layer - 2) * norm_bytes(shape, act_bytes)
+    # Korthikanti's 1-byte dropout masks after attention and after the MLP (when dropout is on).
+    masks = 2 * shape.hidden_size if shape.dropout > 0 else 0
+    return attention + extra_norms + masks + (dense_layers * dense + moe_layers * moe) / shape.num_layers
 
 
-def logits_bytes_per_token(shape: ModelShape, act_bytes: int, tp: int) -> float:
-    """LM head output, its fp32 upcast for the loss, and the fp32 log-softmax kept for backward.
+def amp_extra_bytes(shape: ModelShape) -> float:
+    """Extra bytes per token per layer when fp32 parameters run under autocast (full-FT AMP).
 
-    transformers' ForCausalLMLoss upcasts logits to fp32 before cross-entropy; at V = 128k and
-    s = 8k these alone are many GB (torchtune PR #1046 measured logits at 6% of peak at V = 32k).
+    The residual stream stays fp32 (embedding and norm weights are fp32), so norms, residual
+    adds and several casts keep fp32 tensors where a pure-16-bit run keeps 16-bit ones. Fitted,
+    not derived: FakeTensor traces of Llama layers (torch 2.13, transformers 5) measure 11 B per
+    hidden unit + 1.5 B per FFN unit + 1 B per KV unit above the pure-bf16 run.
     """
-    return (act_bytes + FP32 + FP32) * shape.vocab_size / tp
+    kv_dim = shape.num_kv_heads * shape.head_dim
+    return 11 * shape.hidden_size + 1.5 * shape.intermediate_size + kv_dim
 
+
+def logits_bytes_per_token(shape: ModelShape, tp: int) -> float:
+    """Logits memory at the start of the loss backward, per token: 12 B per vocabulary entry.
+
+    transformers' ForCausalLMLoss upcasts logits to fp32 and cross-entropy keeps its fp32
+    log-softmax output (4 B); the loss backward then materializes two fp32 gradients of the same
+    size (8 B) while every other activation is still alive. Measured with FakeTensor traces of
+    real steps (tests/measure/test_oracle.py): 4.1 B/element in activations plus 8.0 B in
+    temporaries at the peak. At V = 128k and s = 8k this alone is many GB (torchtune PR #1046
+    measured logits at 6% of peak at V = 32k).
+    """
+    return 12 * shape.vocab_size / tp

@@ -1,12 +1,16 @@
 """Peak memory per GPU of a fine-tuning step: full, LoRA or QLoRA, any recipe, optimizer, sharding.
 
-Peak = model states (weights, 16-bit weight copies, gradients, optimizer states, buffers)
-     + max(backward-phase activations and logits, optimizer-step temporaries)
-     + overheads (CUDA context, NCCL, allocator reserve).
+Memory in a step moves through phases; the peak is the resident state plus the largest phase:
 
-Gradients are counted as fully present during backward. That is exact with gradient
-accumulation ≥ 2 (gradients persist across micro-batches) and an upper bound by at most the
-gradient bytes otherwise (they fill in as activations are freed).
+    resident        weights (or NF4 + constants), adapters, optimizer states, DDP/ZeRO buffers
+    loss backward   saved activations + logits/loss buffers (+ gradients held from earlier
+                    micro-batches when grad_accum > 1)
+    layer recompute with checkpointing: saved layer inputs + one recomputed layer + gradients
+    optimizer step  gradients + the optimizer's temporaries
+
+plus overheads (CUDA context, NCCL, allocator reserve). The phase rule was checked against
+FakeTensor traces of real transformers steps (tests/measure/test_oracle.py): the peak is at the
+start of the loss backward, when every activation is alive and no gradient exists yet.
 """
 
 from __future__ import annotations
@@ -64,23 +68,33 @@ def estimate_finetune_memory(
 ) -> MemoryBreakdown:
     """Per-GPU peak of one training step of `job` on `gpu` (spread over `gpus`, default job.gpus)."""
     layout = Layout(gpus=gpus or job.gpus, tp=job.tensor_parallel, sharding=job.sharding)
-    states = model_state_terms(job, shape, layout)
-    backward = activation_terms(job, shape, layout)
+    resident = model_state_terms(job, shape, layout)
+    grads = gradient_term(job, shape, layout)
+    saved = saved_activation_terms(job, shape, layout)
+    loss = logits_term(job, shape, layout)
+    recompute = recompute_terms(job, shape, layout)
     step = step_temporary_terms(job, shape, layout)
-    allocated = total_bytes(states) + max(total_bytes(backward), total_bytes(step))
+    held = grads.bytes if job.grad_accum > 1 else 0
+    phases = {
+        "loss backward": total_bytes(saved) + loss.bytes + held,
+        "optimizer step": grads.bytes + total_bytes(step),
+    }
+    if recompute:
+        phases["layer recompute"] = total_bytes(saved) + total_bytes(recompute) + grads.bytes
+    phase = max(phases, key=lambda name: phases[name])
+    allocated = total_bytes(resident) + phases[phase]
     fixed = overhead_terms(layout, allocated)
-    peak = allocated + total_bytes(fixed)
-    phase = "backward" if total_bytes(backward) >= total_bytes(step) else "optimizer step"
     return MemoryBreakdown(
         job_kind="finetune",
         gpu_sku=gpu.sku,
         gpus=layout.gpus,
         usable_bytes=usable_memory_bytes(gpu),
-        terms=(*states, *backward, *step, *fixed),
-        peak_bytes=peak,
+        terms=(*resident, grads, *saved, loss, *recompute, *step, *fixed),
+        peak_bytes=allocated + total_bytes(fixed),
         notes=(
-            f"peak = model states + max(backward activations, optimizer-step temporaries) + overheads;"
-            f" the {phase} phase is larger here",
+            "peak = resident states + the largest phase (" + ", ".join(
+                f"{name} {nbytes / 2**30:.2f} GiB" for name, nbytes in phases.items()) + f") + overheads; "
+            f"{phase} is the largest here",
         ),
     )
 
@@ -90,15 +104,19 @@ def trainable_params(job: FinetuneJob, shape: ModelShape) -> int:
 
 
 def model_state_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
-    terms = weight_terms(job, shape, layout) + gradient_and_optimizer_terms(job, shape, layout)
+    """What stays on the GPU through the whole step."""
+    terms = [*weight_terms(job, shape, layout), optimizer_term(job, shape, layout)]
     if layout.sharding in ("zero3", "fsdp") and layout.dp > 1:
         gathered = 2 * layer_params(shape) * 2 / layout.tp
         terms.append(term("all-gather buffers", "temporaries", gathered,
                           "2 layers × layer params × 2 B (current + prefetched unit, 16-bit)"))
     if layout.sharding == "none" and layout.dp > 1:
-        grads = next(t.bytes for t in terms if t.category == "gradients")
+        grads = gradient_term(job, shape, layout).bytes
         terms.append(term("DDP gradient buckets", "gradients", grads,
                           "= gradient bytes (DDP copies grads into buckets unless gradient_as_bucket_view)"))
+    if job.method == "qlora":
+        big = largest_linear_params(shape) * 2
+        terms.append(term("NF4 dequantization buffer", "temporaries", big, "largest linear × 2 B"))
     return terms
 
 
@@ -114,12 +132,7 @@ def weight_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[Me
     p = shape.params_total
     if job.method == "full":
         b = PARAM_BYTES[job.precision]
-        terms = [term("weights", "weights", p * b / div, f"{p:,} params × {b} B / {div}")]
-        if ACT_BYTES[job.precision] < b:
-            copies = linear_params(shape) + shape.vocab_size * shape.hidden_size
-            terms.append(term("16-bit weight copies", "weights", copies * 2 / div,
-                              f"{copies:,} matmul params × 2 B (autocast casts, kept for backward)"))
-        return terms
+        return [term("weights", "weights", p * b / div, f"{p:,} params × {b} B / {div}")]
     base = _base_weight_terms(job, shape, div)
     adapters = lora_params(shape, job.lora)
     ab = _adapter_bytes(job)
@@ -150,18 +163,19 @@ def _adapter_bytes(job: FinetuneJob) -> int:
     return 2 if job.precision == "bf16" else 4
 
 
-def gradient_and_optimizer_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
+def gradient_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTerm:
     n = trainable_params(job, shape)
     gb = PARAM_BYTES[job.precision] if job.method == "full" else _adapter_bytes(job)
-    g_div = layout.tp * _shard(layout, "gradients")
-    terms = [term("gradients", "gradients", n * gb / g_div, f"{n:,} trainable params × {gb} B / {g_div}")]
+    div = layout.tp * _shard(layout, "gradients")
+    return term("gradients", "gradients", n * gb / div, f"{n:,} trainable params × {gb} B / {div}")
+
+
+def optimizer_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTerm:
     if job.optimizer_offload:
-        terms.append(term("optimizer states", "optimizer_states", 0, "offloaded to CPU memory"))
-        return terms
-    o_div = layout.tp * _shard(layout, "optimizer")
-    state_bytes, formula = optimizer_state_bytes(job, shape, n)
-    terms.append(term("optimizer states", "optimizer_states", state_bytes / o_div, f"{formula} / {o_div}"))
-    return terms
+        return term("optimizer states", "optimizer_states", 0, "offloaded to CPU memory")
+    div = layout.tp * _shard(layout, "optimizer")
+    state_bytes, formula = optimizer_state_bytes(job, shape, trainable_params(job, shape))
+    return term("optimizer states", "optimizer_states", state_bytes / div, f"{formula} / {div}")
 
 
 def optimizer_state_bytes(job: FinetuneJob, shape: ModelShape, n: int) -> tuple[float, str]:
@@ -188,41 +202,59 @@ def _lora_factored(job: FinetuneJob, groups: tuple[LinearGroup, ...]) -> int:
     return sum(g.count * (r + g.in_features + g.out_features + r) for g in groups)
 
 
-def activation_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
-    """Activations kept for backward, and the logits/loss buffers, for one micro-batch."""
+def saved_activation_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
+    """Tensors kept from the forward for the backward, for one micro-batch."""
     ab = ACT_BYTES[job.precision]
     tokens = job.micro_batch * job.seq_len
-    eager = job.attention == "eager"
-    per_layer = act.layer_activation_bytes_per_token(shape, ab, job.seq_len, eager, layout.tp) * tokens
-    core = "eager s² scores" if eager else "flash/SDPA"
-    formula = f"Korthikanti-style per-tensor sum (GQA, gated MLP, {core})"
     if job.gradient_checkpointing:
-        inputs = shape.num_layers * ab * shape.hidden_size * tokens
-        terms = [
-            term("checkpointed layer inputs", "activations", inputs,
-                 f"L·b·s·h·{ab} B = {shape.num_layers}×{tokens:,}×{shape.hidden_size}×{ab}"),
-            term("one layer recomputed", "activations", per_layer, f"1 layer: {formula}"),
-        ]
+        terms = [term("checkpointed layer inputs", "activations", shape.num_layers * ab * shape.hidden_size * tokens,
+                      f"L·b·s·h·{ab} B = {shape.num_layers}×{tokens:,}×{shape.hidden_size}×{ab}")]
     else:
-        terms = [term("layer activations", "activations", per_layer * shape.num_layers,
-                      f"{shape.num_layers} layers × {tokens:,} tokens × {per_layer / tokens:,.0f} B: {formula}")]
-    final_norm = act.norm_bytes(shape, ab) * tokens
-    terms.append(term("final norm", "activations", final_norm, "b·s·h·(act + fp32 upcast) B"))
-    terms.append(logits_term(job, shape, layout, ab, tokens))
-    if job.method == "qlora":
-        big = largest_linear_params(shape) * 2
-        terms.append(term("NF4 dequantization buffer", "temporaries", big, "largest linear × 2 B"))
+        per_token = _layer_bytes_per_token(job, shape, layout)
+        terms = [term("layer activations", "activations", per_token * tokens * shape.num_layers,
+                      f"{shape.num_layers} layers × {tokens:,} tokens × {per_token:,.0f} B: {_formula(job)}")]
+    terms.append(term("final norm", "activations", act.norm_bytes(shape, ab) * tokens, "b·s·h·(act + fp32 upcast) B"))
+    if job.method == "full" and ab < PARAM_BYTES[job.precision]:
+        copies = linear_params(shape) + shape.vocab_size * shape.hidden_size
+        div = layout.tp * _shard(layout, "weights")
+        terms.append(term("16-bit weight copies (autocast cache)", "activations", copies * 2 / div,
+                          f"{copies:,} matmul params × 2 B (autocast casts, kept for backward)"))
     return terms
 
 
-def logits_term(job: FinetuneJob, shape: ModelShape, layout: Layout, ab: int, tokens: int) -> MemoryTerm:
-    per_token = act.logits_bytes_per_token(shape, ab, layout.tp)
+def recompute_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
+    """With checkpointing, each layer's activations come back, one layer at a time, in backward."""
+    if not job.gradient_checkpointing:
+        return []
+    per_token = _layer_bytes_per_token(job, shape, layout)
+    tokens = job.micro_batch * job.seq_len
+    return [term("one layer recomputed", "activations", per_token * tokens,
+                 f"1 layer × {tokens:,} tokens × {per_token:,.0f} B: {_formula(job)}")]
+
+
+def _layer_bytes_per_token(job: FinetuneJob, shape: ModelShape, layout: Layout) -> float:
+    eager = job.attention == "eager"
+    ab = ACT_BYTES[job.precision]
+    per_token = act.layer_activation_bytes_per_token(shape, ab, job.seq_len, eager, layout.tp)
+    if job.method == "full" and ab < PARAM_BYTES[job.precision]:
+        per_token += act.amp_extra_bytes(shape)  # fp32 parameters under autocast
+    return per_token
+
+
+def _formula(job: FinetuneJob) -> str:
+    core = "eager s² scores" if job.attention == "eager" else "flash/SDPA"
+    return f"Korthikanti-style per-tensor sum (GQA, gated MLP, {core})"
+
+
+def logits_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTerm:
+    per_token = act.logits_bytes_per_token(shape, layout.tp)
+    tokens = job.micro_batch * job.seq_len
     if job.chunked_cross_entropy:
         kept = min(tokens, CE_CHUNK_TOKENS)
         return term("logits and loss (chunked)", "activations", per_token * kept,
-                    f"{kept} tokens per chunk × V={shape.vocab_size:,} × ({ab}+4+4) B")
+                    f"{kept} tokens per chunk × V={shape.vocab_size:,} × 12 B")
     return term("logits and loss", "activations", per_token * tokens,
-                f"b·s·V·({ab} logits + 4 fp32 upcast + 4 log-softmax) B, V={shape.vocab_size:,}")
+                f"b·s·V·(4 B fp32 log-softmax kept + 8 B fp32 loss gradients), V={shape.vocab_size:,}")
 
 
 def step_temporary_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:

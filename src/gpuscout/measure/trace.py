@@ -98,7 +98,7 @@ def trace_finetune_step(
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     start_s = time.perf_counter()
-    model = _build_model(hf_config, attention, num_layers, torch.bfloat16 if precision == "bf16" else torch.float32)
+    model = _build_model(hf_config, attention, num_layers, _base_dtype(torch, precision, method))
     if gradient_checkpointing:
         _enable_checkpointing(model)
     if method == "lora":
@@ -279,8 +279,17 @@ def _build_model(hf_config: dict[str, Any], attention: str, num_layers: int | No
     major, minor = (int(part) for part in transformers.__version__.split(".")[:2])
     dtype_key = "dtype" if (major, minor) >= (4, 56) else "torch_dtype"
     auto_model: Any = AutoModelForCausalLM  # typed in some transformers releases, untyped in others
-    with torch.device("meta"):
-        return auto_model.from_config(config, attn_implementation=attention, **{dtype_key: dtype})
+    try:
+        with torch.device("meta"):
+            return auto_model.from_config(config, attn_implementation=attention, **{dtype_key: dtype})
+    except ValueError as exc:
+        if "attention implementation" not in str(exc):
+            raise
+        raise SpecError(
+            f"transformers has no '{attention}' attention for model_type '{model_type}'.",
+            str(exc).split(". ")[0] + ".",
+            'Set attention = "eager" in the job spec to trace this model.',
+        ) from None
 
 
 def _materialize_fake(model: Any) -> None:
@@ -350,8 +359,8 @@ def _build_optimizer(name: str, params: list[Any]) -> Any:
             # `adamw_torch_fused`, the HF Trainer's default optimizer with torch >= 2.8.
             return torch.optim.AdamW(params, lr=1e-5, fused=True)
         case "sgd":
-            # Plain SGD without momentum keeps no state (the HF Trainer's `optim="sgd"`).
-            return torch.optim.SGD(params, lr=1e-3)
+            # SGD with momentum: one state per parameter (job specs name "SGD with momentum").
+            return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
         case "adafactor":
             # transformers' Adafactor (the HF Trainer's `optim="adafactor"`); torch.optim.Adafactor
             # calls `.item()` on the parameter norm, which fake tensors cannot answer.
@@ -377,6 +386,19 @@ def _autocast(precision: str) -> AbstractContextManager[Any]:
     return nullcontext()
 
 
+def _base_dtype(torch: Any, precision: str, method: str) -> Any:
+    """Parameter dtype of the model as built.
+
+    Full fine-tuning under a mixed recipe keeps fp32 parameters (AMP). LoRA users load the frozen
+    base in 16-bit (`torch_dtype=bfloat16`) and peft upcasts only the adapters to fp32
+    (`autocast_adapter_dtype=True`), which is what the analytic estimate assumes too.
+    """
+    sixteen = {"bf16": torch.bfloat16, "bf16_mixed": torch.bfloat16, "fp16_mixed": torch.float16}
+    if precision == "bf16" or (method == "lora" and precision in sixteen):
+        return sixteen[precision]
+    return torch.float32
+
+
 def _precision_notes(precision: str, method: str) -> tuple[str, ...]:
     notes = []
     if precision in ("bf16_mixed", "fp16_mixed"):
@@ -387,7 +409,8 @@ def _precision_notes(precision: str, method: str) -> tuple[str, ...]:
     if precision == "fp16_mixed":
         notes.append("GradScaler is not modelled: its state is a few scalars")
     if method == "lora":
-        notes.append("LoRA: the frozen base weights are held in the precision's parameter dtype too")
+        notes.append("LoRA: frozen base weights in 16-bit under 16-bit recipes (fp32 for fp32); adapters "
+                     "upcast to fp32 by peft under mixed recipes")
     return tuple(notes)
 
 

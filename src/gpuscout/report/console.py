@@ -157,13 +157,23 @@ def suggestion_table(v: GpuVerdict) -> Table:
 
 
 def trace_table(analytic: MemoryBreakdown, traced: Mapping[str, int], traced_total: int) -> Table:
-    """Analytic categories beside a FakeTensor trace (GPU-only overheads are analytic only)."""
+    """Analytic categories beside a FakeTensor trace; GPU-only overheads are analytic, and labelled.
+
+    Traced category figures are each category's own maximum over the step; the analytic ones are
+    the sums of their terms. Compare totals on the "allocated peak" row.
+    """
     table = Table(title="Analytic estimate vs traced real model step (FakeTensorMode + MemTracker)")
-    for col in ("category", "analytic", "traced", "ratio"):
+    for col in ("category", "analytic", "traced", "analytic / traced"):
         table.add_column(col, justify="left" if col == "category" else "right")
     ours = bytes_by_category(analytic)
-    for cat in sorted(set(ours) | set(traced)):
+    ours["activations"] = ours.get("activations", 0) + ours.pop("kv_cache", 0)  # the trace counts KV there
+    overhead = ours.pop("overhead", 0)
+    for cat in ("weights", "gradients", "optimizer_states", "activations", "temporaries"):
         a, t = ours.get(cat, 0), traced.get(cat, 0)
-        table.add_row(cat, gib(a), gib(t) if cat in traced else "not traced", f"{a / t:.2f}" if t else "-")
-    table.add_row("peak", gib(analytic.peak_bytes), gib(traced_total), "")
+        table.add_row(cat, gib(a), gib(t), f"{a / t:.2f}" if t else "-")
+    allocated = analytic.peak_bytes - overhead
+    table.add_row(Text("allocated peak", style="bold"), gib(allocated), gib(traced_total),
+                  f"{allocated / traced_total:.2f}" if traced_total else "-")
+    table.add_row("GPU-only overheads (analytic only)", gib(overhead), gib(overhead), "")
+    table.add_row(Text("peak on the GPU", style="bold"), gib(analytic.peak_bytes), gib(traced_total + overhead), "")
     return table

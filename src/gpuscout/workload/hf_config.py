@@ -81,7 +81,25 @@ def shape_from_hf_config(config: dict[str, Any], *, name: str, source: str) -> M
     """The `ModelShape` of a decoder-only model described by a Hugging Face config dict."""
     model_type = _model_type(config)
     parts = _BUILDERS[model_type](fam.ConfigFields(config, model_type))
-    return assemble_shape(parts, name=name, family=model_type, source=source)
+    shape = assemble_shape(parts, name=name, family=model_type, source=source)
+    return shape.model_copy(update=_training_traits(config, model_type))
+
+
+def _training_traits(config: dict[str, Any], model_type: str) -> dict[str, Any]:
+    """Activation-relevant settings, with transformers' per-family defaults where keys are absent."""
+    gemma = model_type in ("gemma2", "gemma3_text")
+    dropout_keys = ("attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop", "hidden_dropout")
+    default_dropout = 0.1 if model_type == "gpt2" else 0.0  # GPT2Config defaults all three to 0.1
+    dropouts = [config.get(k, default_dropout if k in ("attn_pdrop", "resid_pdrop", "embd_pdrop") else 0.0)
+                for k in dropout_keys]
+    act = config.get("hidden_activation") or config.get("hidden_act") or config.get("activation_function")
+    return {
+        "hidden_act": str(act or ("gelu_new" if model_type == "gpt2" else "silu")),
+        "dropout": max(float(d or 0.0) for d in dropouts),
+        "norms_per_layer": 4 if gemma else 2,
+        # Gemma2Config defaults attn_logit_softcapping to 50.0.
+        "attn_logit_softcapping": bool(config.get("attn_logit_softcapping", 50.0 if model_type == "gemma2" else None)),
+    }
 
 
 def _model_type(config: dict[str, Any]) -> str:
@@ -155,3 +173,12 @@ def check_param_sum(shape: ModelShape) -> None:
     ]
     if any(problems):
         raise RuntimeError(f"inconsistent ModelShape for {shape.name}: {'; '.join(p for p in problems if p)}")
+
+
+def config_with_depth(config: dict[str, Any], num_layers: int) -> dict[str, Any]:
+    """The same model with only its first `num_layers` decoder layers (depth slicing)."""
+    sliced = dict(config)
+    sliced["n_layer" if config.get("model_type") == "gpt2" else "num_hidden_layers"] = num_layers
+    if isinstance(config.get("layer_types"), list):
+        sliced["layer_types"] = config["layer_types"][:num_layers]
+    return sliced

@@ -111,3 +111,8 @@ class ModelShape(Frozen):
     params_total: int
     params_active: int
     checkpoint: CheckpointWeights | None = None
+    # Training-time traits that change activation memory (not parameter counts).
+    hidden_act: str = "silu"
+    dropout: float = 0.0  # largest residual/attention dropout probability active in training
+    norms_per_layer: int = 2  # Gemma 2/3 add post-attention and post-feedforward norms: 4
+    attn_logit_softcapping: bool = False  # Gemma 2: tanh on attention scores (eager only)
