@@ -93,19 +93,26 @@ def image_model_table(model: ImageModelShape) -> Table:
 
 def screening_table(screening: Screening) -> Table:
     """One row per GPU: does it fit, how much is left, the limits, and the first fix."""
-    table = Table(title=f"{screening.job_name} — {screening.model_name} ({screening.job_kind}): memory per GPU")
+    table = Table(title=f"{screening.job_name} — {screening.model_name} ({screening.job_kind}): memory per GPU",
+                  caption="GiB = 2^30 bytes; usable = what the GPU shows (nvidia-smi total where known)")
     limit_names = list(screening.verdicts[0].limits.values) if screening.verdicts else []
-    for col in ("GPU", "usable", "peak", "headroom", "fits", *[f"max {n}" for n in limit_names], "first fix"):
-        table.add_column(col, overflow="fold", justify="right" if col not in ("GPU", "first fix") else "left")
+    columns = ("GPU", "usable GiB", "peak GiB", "headroom", "fits", *[f"max {n}" for n in limit_names], "cheapest fix")
+    for col in columns:
+        table.add_column(col, overflow="fold", no_wrap=col == "GPU",
+                         justify="left" if col in ("GPU", "cheapest fix") else "right")
     for v in screening.verdicts:
-        table.add_row(v.gpu_sku, gib(v.breakdown.usable_bytes), gib(v.breakdown.peak_bytes),
-                      _headroom(v), _fit_mark(v), *[str(v.limits.values[n]) for n in limit_names],
+        table.add_row(v.gpu_sku, _num(v.breakdown.usable_bytes), _num(v.breakdown.peak_bytes),
+                      _headroom(v), _fit_mark(v), *[f"{v.limits.values[n]:,}" for n in limit_names],
                       _first_fix(v))
     return table
 
 
+def _num(nbytes: int) -> str:
+    return f"{nbytes / GIB:,.1f}"
+
+
 def _headroom(v: GpuVerdict) -> Text:
-    return Text(gib(v.headroom_bytes), style="green" if v.fits else "red")
+    return Text(_num(v.headroom_bytes), style="green" if v.fits else "red")
 
 
 def _fit_mark(v: GpuVerdict) -> Text:
@@ -116,8 +123,13 @@ def _first_fix(v: GpuVerdict) -> str:
     if v.fits:
         return ""
     if v.plan:
-        return " + ".join(s.change for s in v.plan)
-    return "no single-GPU plan found" if not v.suggestions else v.suggestions[-1].change
+        return ", ".join(_edits(s.spec_change) for s in v.plan)
+    return "no single-GPU plan found" if not v.suggestions else _edits(v.suggestions[-1].spec_change)
+
+
+def _edits(spec_change: Mapping[str, object]) -> str:
+    """A suggestion as the job-spec edits that make it: 'micro_batch=1 grad_accum=16'."""
+    return " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in spec_change.items())
 
 
 def breakdown_table(b: MemoryBreakdown, title: str) -> Table:
