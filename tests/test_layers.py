@@ -17,7 +17,8 @@ ALLOWED = {
     "measure": {"workload", "hardware"},
     "load": {"workload"},
     "results": {"estimate", "measure", "load", "workload", "hardware"},
-    "cost": {"results", "hardware", "workload"},
+    # cost ranks offers from the estimator's facts (memory fit, speed); estimates are facts like results.
+    "cost": {"results", "estimate", "hardware", "workload"},
     "report": {"estimate", "measure", "load", "results", "cost", "workload", "hardware"},
 }
 LEAVES = {"errors", "units"}

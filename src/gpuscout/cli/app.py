@@ -79,6 +79,68 @@ def estimate(
         _console().print(renderable)
 
 
+@app.command()
+def pick(
+    job_path: Annotated[Path | None, typer.Argument(metavar="JOB.toml",
+                                                    help="Job spec; without it, the built-in default job.")] = None,
+    offers: Annotated[Path, typer.Option("--offers", help="Price sheet (TOML) of offers.")] = Path(
+        "examples/prices.example.toml"),
+    deadline: Annotated[str | None, typer.Option(help="Exclude offers slower than this, e.g. 12h.")] = None,
+    budget: Annotated[float | None, typer.Option(help="Exclude offers dearer than this many USD.")] = None,
+    fx: Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit, e.g. CNY=0.14.")] = None,
+    egress_gb: Annotated[float, typer.Option(help="Data moved out of the machine, GB.")] = 0.0,
+    failed_attempts: Annotated[float, typer.Option(help="Expected failed attempts before success.")] = 0.0,
+    seed: Annotated[int, typer.Option(help="Seed of the spot simulation.")] = 0,
+    as_json: JsonFlag = False,
+) -> None:
+    """Rank offers by the total cost of the whole job: fit, runtime, bill, $/unit, SLO, Pareto frontier."""
+    from datetime import date
+
+    from gpuscout.cli.pick_view import run_pick
+    from gpuscout.cost.billing import CostOptions
+
+    options = CostOptions(egress_gb=egress_gb, failed_attempts=failed_attempts, seed=seed)
+    payload, renderable = run_pick(job_path, offers, deadline=deadline, budget=budget, fx=fx or [],
+                                   options=options, today=date.today())
+    _emit(payload, renderable, as_json)
+
+
+@app.command()
+def cost(
+    usd_per_gpu_hour: Annotated[float | None, typer.Option(help="Price per GPU-hour, USD.")] = None,
+    gpus: Annotated[int, typer.Option(help="GPUs rented.")] = 1,
+    hours: Annotated[float | None, typer.Option(help="Hours the job runs.")] = None,
+    storage_usd: Annotated[float, typer.Option(help="Storage, USD.")] = 0.0,
+    transfer_usd: Annotated[float, typer.Option(help="Data transfer, USD.")] = 0.0,
+    retry_usd: Annotated[float, typer.Option(help="Failed attempts and retries, USD.")] = 0.0,
+    increment_s: Annotated[float, typer.Option(help="Billing increment, s (shows the real bill).")] = 0.0,
+    min_billed_s: Annotated[float, typer.Option(help="Minimum billed time per start, s.")] = 0.0,
+    startup_s: Annotated[float, typer.Option(help="Billed startup before the job runs, s.")] = 0.0,
+    idle_tail_s: Annotated[float, typer.Option(help="Billed idle time after the job ends, s.")] = 0.0,
+    offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet to take --offer from.")] = None,
+    offer: Annotated[str | None, typer.Option("--offer", help="Offer id: bill --hours under its rules.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Plain calculator: total = price × GPUs × hours + storage + transfer + retries (and the real bill)."""
+    from gpuscout.cli.cost_view import run_cost
+
+    billing = {"increment_s": increment_s, "min_billed_s": min_billed_s, "startup_s": startup_s,
+               "idle_tail_s": idle_tail_s}
+    if increment_s or min_billed_s or startup_s or idle_tail_s:
+        billing["increment_s"] = increment_s or 1.0
+    payload, renderable = run_cost(usd_per_gpu_hour=usd_per_gpu_hour, gpus=gpus, hours=hours,
+                                   storage_usd=storage_usd, transfer_usd=transfer_usd, retry_usd=retry_usd,
+                                   billing=billing, offers_path=offers, offer_id=offer)
+    _emit(payload, renderable, as_json)
+
+
+def _emit(payload: Any, renderable: Any, as_json: bool) -> None:
+    if as_json:
+        _print_json(payload)
+    else:
+        _console().print(renderable)
+
+
 def _console() -> Any:
     from rich.console import Console
 

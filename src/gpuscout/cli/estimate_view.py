@@ -25,7 +25,7 @@ from gpuscout.workload.shape import ModelShape
 
 def run_estimate(job_path: Path | None, gpu_names: list[str], *, trace: bool,
                  trace_layers: int | None) -> tuple[dict[str, Any], RenderableType]:
-    job, base_dir = _load(job_path)
+    job, base_dir = load_job_or_default(job_path)
     model = resolve_model(job, base_dir)
     gpus = [find_gpu(n) for n in gpu_names] if gpu_names else list(load_catalog())
     screening = screen(job, model, gpus)
@@ -40,7 +40,7 @@ def run_estimate(job_path: Path | None, gpu_names: list[str], *, trace: bool,
     return payload, Group(*parts)
 
 
-def _load(job_path: Path | None) -> tuple[Job, Path | None]:
+def load_job_or_default(job_path: Path | None) -> tuple[Job, Path | None]:
     if job_path is not None:
         return load_job(job_path), job_path.parent
     text = resources.files("gpuscout.workload").joinpath("default_job.toml").read_text(encoding="utf-8")

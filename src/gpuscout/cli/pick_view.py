@@ -1,0 +1,38 @@
+"""`gpuscout pick`: rank the offers of a price sheet by the total cost of the job."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+from rich.console import RenderableType
+
+from gpuscout.cli.estimate_view import load_job_or_default, resolve_model
+from gpuscout.cost.billing import CostOptions
+from gpuscout.cost.pick import pick
+from gpuscout.errors import SpecError
+from gpuscout.hardware.offers import ExchangeRate, load_price_sheet, parse_fx
+from gpuscout.report.cost_tables import pick_table
+from gpuscout.units import parse_duration_s
+
+
+def run_pick(job_path: Path | None, offers_path: Path, *, deadline: str | None, budget: float | None,
+             fx: list[str], options: CostOptions, today: date) -> tuple[dict[str, Any], RenderableType]:
+    job, base_dir = load_job_or_default(job_path)
+    model = resolve_model(job, base_dir)
+    sheet = load_price_sheet(offers_path)
+    rates = merge_rates(sheet.exchange_rates, [parse_fx(text, today) for text in fx])
+    if budget is not None and budget <= 0:
+        raise SpecError(f"--budget {budget} is not a positive amount.", "A budget is a USD amount above zero.",
+                        "Pass the most you are willing to spend, e.g. --budget 50.")
+    result = pick(job, model, sheet.offers, rates=rates, deadline_s=parse_duration_s(deadline) if deadline else None,
+                  budget_usd=budget, today=today, options=options)
+    return {"job": job.model_dump(), "pick": result.model_dump(mode="json")}, pick_table(result)
+
+
+def merge_rates(sheet: tuple[ExchangeRate, ...], given: list[ExchangeRate]) -> tuple[ExchangeRate, ...]:
+    """Rates given on the command line override the sheet's for the same currency."""
+    by_currency = {r.currency: r for r in sheet}
+    by_currency.update({r.currency: r for r in given})
+    return tuple(by_currency.values())

@@ -1,0 +1,154 @@
+"""Total job cost under a provider's billing rules (DESIGN.md §5, reference/costs.md §c).
+
+    total = Σ attempts  ceil_to_increment(max(minimum, startup + work + idle tail)) × rate
+          + storage (size × price/GB-month × lifetime, at the stopped rate while stopped)
+          + compute billed while stopped
+          + egress (tiers after the free allowance)
+          + failed attempts (each pays startup, the work done before it failed, and the minimum)
+          + spot interruptions (lost work since the last checkpoint + restart overhead, each
+            restart a new billed segment that pays the minimum again)
+
+With every extra at zero this is exactly price × GPU count × hours (tests check it).
+All amounts are in the offer's currency; conversion happens when offers are ranked.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpuscout.cost.billed_time import billed_seconds
+from gpuscout.cost.spot import SpotOutcome, expected_spot_run, simulate_spot_run
+from gpuscout.hardware.offers import EgressTier, Offer, StorageItem, instance_price_per_hour
+
+HOUR_S = 3600.0
+
+
+class CostOptions(BaseModel):
+    """What the user knows about the run that no price sheet says."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    egress_gb: float = Field(0.0, ge=0)  # data moved out (checkpoints, results)
+    failed_attempts: float = Field(0.0, ge=0)  # expected failed attempts before the run that succeeds
+    failure_progress: float = Field(0.5, ge=0, le=1)  # share of the work a failed attempt gets through
+    spot_samples: int = Field(2000, ge=100)  # Monte Carlo runs for the spot P95
+    seed: int = 0
+
+
+class CostLine(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    amount: float
+    formula: str
+
+
+class JobCost(BaseModel):
+    """The bill for one job on one offer, in the offer's currency."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    offer_id: str
+    currency: str
+    work_s: float
+    billed_s: float  # expected billed instance time over all attempts and segments
+    lines: tuple[CostLine, ...]
+    total: float  # expected
+    total_p95: float  # 95th percentile (spot: seeded simulation; otherwise equal to the total)
+    interruptions: float  # expected spot interruptions
+
+
+def rate_per_s(offer: Offer) -> float:
+    return instance_price_per_hour(offer) / HOUR_S
+
+
+def price_job(offer: Offer, work_s: float, options: CostOptions | None = None) -> JobCost:
+    """The whole bill for `work_s` seconds of useful work on `offer`."""
+    opts = options or CostOptions()
+    run = run_outcome(offer, work_s, opts)
+    lines = [compute_line(offer, run.expected)]
+    lines += [storage_line(item, offer, run.expected.billed_s) for item in offer.storage]
+    if offer.stopped_hours and offer.stopped_price_per_hour:
+        lines.append(CostLine(name="compute while stopped", amount=offer.stopped_hours * offer.stopped_price_per_hour,
+                              formula=f"{offer.stopped_hours:g} h × {offer.stopped_price_per_hour:g}/h"))
+    if opts.egress_gb:
+        lines.append(CostLine(name="egress", amount=egress_cost(opts.egress_gb, offer),
+                              formula=f"{opts.egress_gb:g} GB, {offer.egress_free_gb:g} GB free, then tiers"))
+    if opts.failed_attempts:
+        lines.append(failed_attempts_line(offer, work_s, opts))
+    total = sum(line.amount for line in lines)
+    extra_p95 = (run.p95.billed_s - run.expected.billed_s) * rate_per_s(offer)
+    return JobCost(offer_id=offer.id, currency=offer.currency, work_s=work_s, billed_s=run.expected.billed_s,
+                   lines=tuple(lines), total=total, total_p95=total + max(extra_p95, 0.0),
+                   interruptions=run.expected.interruptions)
+
+
+class RunOutcome(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    expected: SpotOutcome
+    p95: SpotOutcome
+
+
+def run_outcome(offer: Offer, work_s: float, opts: CostOptions) -> RunOutcome:
+    """Billed time of the successful run: one segment, or spot segments between interruptions."""
+    if offer.interruptions_per_hour <= 0:
+        segment = offer.startup_s + work_s + offer.idle_tail_s
+        plain = SpotOutcome(billed_s=billed_seconds(segment, offer), running_s=segment, interruptions=0.0)
+        return RunOutcome(expected=plain, p95=plain)
+    expected = expected_spot_run(offer, work_s)
+    samples = simulate_spot_run(offer, work_s, runs=opts.spot_samples, seed=opts.seed)
+    ordered = sorted(s.billed_s for s in samples)
+    p95_billed = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+    return RunOutcome(expected=expected, p95=expected.model_copy(update={"billed_s": p95_billed}))
+
+
+def compute_line(offer: Offer, run: SpotOutcome) -> CostLine:
+    hours = run.billed_s / HOUR_S
+    parts = f"startup {offer.startup_s:g} s + work + idle tail {offer.idle_tail_s:g} s"
+    if run.interruptions:
+        restart = offer.restart_overhead_s
+        parts += f" + {run.interruptions:.2f} expected interruptions × (lost work + restart {restart:g} s)"
+    return CostLine(name="compute", amount=hours * instance_price_per_hour(offer),
+                    formula=f"{hours:.4f} billed h ({parts}; ≥ {offer.min_billed_s:g} s per start, "
+                            f"rounded up to {offer.billing_increment_s:g} s) × {instance_price_per_hour(offer):g}/h")
+
+
+def storage_line(item: StorageItem, offer: Offer, billed_s: float) -> CostLine:
+    """Storage bills for its whole lifetime, at the stopped rate while the machine is stopped."""
+    running_h = item.lifetime_hours if item.lifetime_hours is not None else billed_s / HOUR_S
+    stopped_rate = item.stopped_price_per_gb_month if item.stopped_price_per_gb_month is not None \
+        else item.price_per_gb_month
+    amount = item.size_gb * (item.price_per_gb_month * running_h + stopped_rate * offer.stopped_hours) \
+        / item.hours_per_month
+    return CostLine(name=f"storage: {item.name}", amount=amount,
+                    formula=f"{item.size_gb:g} GB × {item.price_per_gb_month:g}/GB-month × {running_h:.3f} h "
+                            f"(+ {offer.stopped_hours:g} h stopped at {stopped_rate:g}) / {item.hours_per_month:g} h")
+
+
+def egress_cost(gb: float, offer: Offer) -> float:
+    """Tiered egress after the free allowance; tiers give cumulative upper bounds in GB."""
+    billable = max(gb - offer.egress_free_gb, 0.0)
+    return _tiered(billable, offer.egress_tiers)
+
+
+def _tiered(gb: float, tiers: tuple[EgressTier, ...]) -> float:
+    cost, floor = 0.0, 0.0
+    for tier in tiers:
+        ceiling = tier.up_to_gb if tier.up_to_gb is not None else math.inf
+        cost += max(min(gb, ceiling) - floor, 0.0) * tier.price_per_gb
+        floor = ceiling
+        if gb <= floor:
+            break
+    return cost
+
+
+def failed_attempts_line(offer: Offer, work_s: float, opts: CostOptions) -> CostLine:
+    """Each failed attempt pays its startup, the work it got through and the tail, as its own start."""
+    one = billed_seconds(offer.startup_s + opts.failure_progress * work_s + offer.idle_tail_s, offer)
+    amount = opts.failed_attempts * one * rate_per_s(offer)
+    return CostLine(name="failed attempts", amount=amount,
+                    formula=f"{opts.failed_attempts:g} × billed({offer.startup_s:g} s + "
+                            f"{opts.failure_progress:g} × work + {offer.idle_tail_s:g} s)")

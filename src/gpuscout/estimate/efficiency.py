@@ -1,0 +1,82 @@
+"""Efficiency factors: what fraction of each datasheet peak real software reaches.
+
+A roofline with peak figures is only a lower bound on time (reference/costs.md §d). The factors
+live in `efficiency.toml`, one default row per phase kind (training, prefill, decode, image) with its
+citation, plus override rows per GPU architecture or SKU. A measured benchmark should replace them.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from gpuscout.errors import SpecError
+from gpuscout.hardware.catalog import Gpu
+
+EfficiencyKind = Literal["training", "prefill", "decode", "image"]
+EFFICIENCY_KINDS: tuple[EfficiencyKind, ...] = ("training", "prefill", "decode", "image")
+
+
+class Efficiency(BaseModel):
+    """Achieved fractions of peak, and the error band applied to job time."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    compute: float = Field(gt=0, le=1)  # fraction of the dense peak for the phase's dtype
+    bandwidth: float = Field(gt=0, le=1)  # fraction of peak HBM/GDDR bandwidth
+    link: float = Field(gt=0, le=1)  # fraction of the catalog NVLink/PCIe figure for collectives
+    overlap: float = Field(ge=0, le=1)  # fraction of gradient communication hidden behind compute
+    band_low: float = Field(gt=0, le=1)  # job-time multiplier at the optimistic end
+    band_high: float = Field(ge=1)  # job-time multiplier at the pessimistic end
+    source: str
+
+    @model_validator(mode="after")
+    def _band_brackets_one(self) -> Efficiency:
+        if not self.band_low < self.band_high:
+            raise ValueError("band_low must be below band_high")
+        return self
+
+
+def default_efficiency(gpu: Gpu, kind: str) -> Efficiency:
+    """The default factors for `kind` (training, prefill, decode, image) on `gpu`, with sources."""
+    if kind not in EFFICIENCY_KINDS:
+        raise SpecError(
+            f"Unknown efficiency kind {kind!r}.",
+            "Efficiency defaults exist per phase kind of the speed model.",
+            f"Use one of: {', '.join(EFFICIENCY_KINDS)}.",
+        )
+    table = _table()
+    base = table["default"][kind]
+    row = {k: v for k, v in base.items() if k not in ("kind", "source")}
+    sources = [str(base["source"])]
+    for override in _matching_overrides(table["override"], gpu, kind):
+        fields = {k: v for k, v in override.items() if k not in ("sku", "architecture", "kinds", "source")}
+        row.update(fields)
+        sources.append(str(override["source"]))
+    return Efficiency(**row, source=" | ".join(sources))
+
+
+def _matching_overrides(overrides: list[Mapping[str, Any]], gpu: Gpu, kind: str) -> list[Mapping[str, Any]]:
+    """Architecture rows first, then SKU rows, so the most specific row wins."""
+    relevant = [o for o in overrides if kind in o.get("kinds", EFFICIENCY_KINDS)]
+    by_arch = [o for o in relevant if o.get("architecture") == gpu.architecture and "sku" not in o]
+    by_sku = [o for o in relevant if o.get("sku") == gpu.sku]
+    return by_arch + by_sku
+
+
+@functools.cache
+def _table() -> Mapping[str, Any]:
+    """efficiency.toml, parsed and checked once (a malformed bundled file is a bug: ValueError)."""
+    text = resources.files("gpuscout.estimate").joinpath("efficiency.toml").read_text(encoding="utf-8")
+    document = tomllib.loads(text)
+    defaults = {row["kind"]: row for row in document["default"]}
+    if set(defaults) != set(EFFICIENCY_KINDS):
+        raise ValueError(f"efficiency.toml needs one default row per kind {EFFICIENCY_KINDS}")
+    for row in defaults.values():
+        Efficiency(**{k: v for k, v in row.items() if k != "kind"})
+    return {"default": defaults, "override": list(document.get("override", []))}

@@ -1,0 +1,55 @@
+"""One entry point for the speed model: `estimate_speed(job, model, gpu)`.
+
+How long a job takes on a GPU, with an error band and the bound (compute, memory or
+communication) of the phase that dominates. Each phase is a roofline over its FLOPs and bytes
+(`speed_roofline`), with achieved-efficiency factors from `efficiency.toml`:
+
+* fine-tuning — `speed_train`: training step, QLoRA dequantization, optimizer, collectives;
+* serving — `speed_serve`: prefill (TTFT), decode step (TPOT) at the concurrency, TP all-reduces;
+* image generation — `speed_image`: text encoders, denoiser steps, VAE decode.
+"""
+
+from __future__ import annotations
+
+from gpuscout.errors import SpecError
+from gpuscout.estimate.efficiency import Efficiency, default_efficiency
+from gpuscout.estimate.speed_image import estimate_image_speed
+from gpuscout.estimate.speed_roofline import Bound, PhaseTime, SpeedEstimate
+from gpuscout.estimate.speed_serve import estimate_inference_speed
+from gpuscout.estimate.speed_train import estimate_finetune_speed
+from gpuscout.hardware.catalog import Gpu
+from gpuscout.workload.image import ImageModelShape
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
+from gpuscout.workload.shape import ModelShape
+
+Job = FinetuneJob | InferenceJob | ImageJob
+Model = ModelShape | ImageModelShape
+
+__all__ = [
+    "Bound",
+    "Efficiency",
+    "PhaseTime",
+    "SpeedEstimate",
+    "default_efficiency",
+    "estimate_speed",
+]
+
+
+def estimate_speed(
+    job: Job, model: Model, gpu: Gpu, *, gpus: int | None = None, efficiency: Efficiency | None = None
+) -> SpeedEstimate:
+    """Time of the whole job on `gpu`. `gpus` overrides the GPU count (fine-tune: all GPUs, split
+    into tensor_parallel groups; inference: the tensor-parallel size). `efficiency` replaces the
+    defaults for every phase."""
+    match job, model:
+        case FinetuneJob(), ModelShape():
+            return estimate_finetune_speed(job, model, gpu, gpus=gpus, efficiency=efficiency)
+        case InferenceJob(), ModelShape():
+            return estimate_inference_speed(job, model, gpu, gpus=gpus, efficiency=efficiency)
+        case ImageJob(), ImageModelShape():
+            return estimate_image_speed(job, model, gpu, efficiency=efficiency)
+    raise SpecError(
+        f"A {job.kind} job cannot run on {model.name}.",
+        "Fine-tune and inference jobs need a language model; image jobs need a diffusion model.",
+        "Set `model` to a matching preset (`gpuscout model --list`), config.json or checkpoint.",
+    )

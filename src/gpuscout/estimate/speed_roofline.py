@@ -1,0 +1,144 @@
+"""The roofline that every speed estimate is built from, and the result types.
+
+A phase (a training step, a prefill, one decode step, one denoiser step …) does `flops` of work and
+moves `bytes` through device memory; its time is the slower of the two at the achieved rates
+(Williams et al. roofline, as LLM-Viewer and llm-analysis apply it per op or per module;
+reference/estimators.md §2.7), plus whatever communication is not hidden behind it:
+
+    compute_s = flops / (peak_flops_per_s × efficiency.compute)
+    memory_s  = bytes / (bandwidth_bytes_per_s × efficiency.bandwidth)
+    comm_s    = comm_bytes / (link_bytes_per_s × efficiency.link)
+    seconds   = max(compute_s, memory_s) + comm_s × (1 − hidden)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gpuscout.errors import SpecError
+from gpuscout.estimate.efficiency import Efficiency
+from gpuscout.hardware.catalog import Gpu
+
+Bound = Literal["compute", "memory", "communication"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PhaseTime(_Frozen):
+    """One occurrence of a phase; `formula` says how often it happens in the job."""
+
+    name: str
+    flops: float
+    bytes: float  # device-memory traffic
+    comm_bytes: float  # bytes each GPU sends over the link (ring-algorithm volume)
+    compute_s: float
+    memory_s: float
+    comm_s: float  # total communication time; only the exposed part is in `seconds`
+    seconds: float  # max(compute_s, memory_s) + exposed communication
+    bound: Bound
+    formula: str
+
+
+class SpeedEstimate(_Frozen):
+    job_kind: Literal["finetune", "inference", "image"]
+    gpu_sku: str
+    gpus: int
+    job_s: float
+    job_low_s: float
+    job_high_s: float
+    bound: Bound  # of the phase that dominates job time
+    metrics: dict[str, float]
+    units: dict[str, float]
+    phases: tuple[PhaseTime, ...]
+    efficiency: Efficiency
+    notes: tuple[str, ...]
+
+
+class Rates(_Frozen):
+    """Peak rates one phase runs against: the dtype's tensor peak, memory and link bandwidth."""
+
+    flops_per_s: float
+    memory_bytes_per_s: float
+    link_bytes_per_s: float
+
+
+def phase(
+    name: str,
+    *,
+    flops: float,
+    bytes_moved: float,
+    rates: Rates,
+    efficiency: Efficiency,
+    formula: str,
+    comm_bytes: float = 0.0,
+    hidden: float = 0.0,
+) -> PhaseTime:
+    """Roofline time of one phase; `hidden` is the fraction of its communication overlapped."""
+    compute_s = flops / (rates.flops_per_s * efficiency.compute)
+    memory_s = bytes_moved / (rates.memory_bytes_per_s * efficiency.bandwidth)
+    comm_s = comm_bytes / (rates.link_bytes_per_s * efficiency.link) if comm_bytes else 0.0
+    exposed = comm_s * (1.0 - hidden)
+    work = max(compute_s, memory_s)
+    bound: Bound = "communication" if exposed > work else ("compute" if compute_s >= memory_s else "memory")
+    return PhaseTime(
+        name=name, flops=flops, bytes=bytes_moved, comm_bytes=comm_bytes, compute_s=compute_s,
+        memory_s=memory_s, comm_s=comm_s, seconds=work + exposed, bound=bound, formula=formula,
+    )
+
+
+def link_bytes_per_s(gpu: Gpu, gpus: int) -> float:
+    """NVLink when the GPU has it and it reaches every peer, else PCIe (catalog figures).
+
+    NVLink *bridges* on PCIe cards join pairs only ("NVLink bridge 600 GB/s (2 GPUs)", costs.md §d);
+    the H200 NVL bridge joins up to four. Beyond that, traffic crosses PCIe. One GPU sends nothing,
+    so any positive rate serves (the memory bandwidth, for GPUs the catalog lists no link for).
+    """
+    if gpus <= 1:
+        return gpu.nvlink_bytes_per_s or gpu.pcie_bytes_per_s or gpu.memory_bandwidth_bytes_per_s
+    text = gpu.interconnect.lower()
+    reach = (4 if "4-way" in text else 2) if "bridge" in text and "nvlink" in text else gpus
+    if gpu.nvlink_bytes_per_s is not None and gpus <= reach:
+        return gpu.nvlink_bytes_per_s
+    if gpu.pcie_bytes_per_s is not None:
+        return gpu.pcie_bytes_per_s
+    if gpu.nvlink_bytes_per_s is not None:
+        return gpu.nvlink_bytes_per_s
+    raise SpecError(
+        f"The catalog has no interconnect bandwidth for {gpu.name}.",
+        "Multi-GPU estimates need an NVLink or PCIe figure to time collectives.",
+        "Run this job on one GPU, or add the figure to gpus.toml with its source.",
+    )
+
+
+def ring_all_reduce_bytes(payload_bytes: float, ranks: int) -> float:
+    """Bytes each rank sends in a ring all-reduce: 2(n−1)/n × payload (NCCL/Patarasuk–Yuan)."""
+    return 2.0 * (ranks - 1) / ranks * payload_bytes if ranks > 1 else 0.0
+
+
+def ring_gather_bytes(payload_bytes: float, ranks: int) -> float:
+    """All-gather or reduce-scatter of a payload split over n ranks: (n−1)/n × payload."""
+    return (ranks - 1) / ranks * payload_bytes if ranks > 1 else 0.0
+
+
+def dominant(phases: list[tuple[PhaseTime, float]]) -> Bound:
+    """Bound of the phase with the largest share of job time (phase, occurrences per job)."""
+    return max(phases, key=lambda item: item[0].seconds * item[1])[0].bound
+
+
+def banded(seconds: float, efficiency: Efficiency) -> tuple[float, float, float]:
+    """Job time with its optimistic and pessimistic ends."""
+    return seconds, seconds * efficiency.band_low, seconds * efficiency.band_high
+
+
+def gib(value: float) -> str:
+    """Compact byte count for formula strings."""
+    return f"{value / 2**30:,.2f} GiB"
+
+
+def tflop(value: float) -> str:
+    """Compact FLOP count for formula strings."""
+    return f"{value / 1e12:,.3f} TFLOP"

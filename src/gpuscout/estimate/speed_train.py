@@ -1,0 +1,284 @@
+"""Time of a fine-tuning job: full, LoRA or QLoRA, data- and tensor-parallel.
+
+FLOPs per micro-batch of T = b·s tokens (forward pass first, then multiples of it):
+
+    linears    2 · T · Σ active linear params            (Kaplan et al. 2020 §2.1: 2N per token)
+    attention  4 · b · s · keys · (a·d) per layer         (QKᵀ and AV; llm-analysis 4·b·s²·h);
+               keys = s/2 with causal Flash/SDPA kernels that skip the masked half, s with eager
+    LM head    2 · T · h · V
+
+    full FT    3 × forward  (backward = 2 × forward: input and weight grads; Narayanan et al. 2021,
+                             so ≈ 6 · P · T in all)
+    LoRA/QLoRA 2 × linears + 3 × attention + 2 × LM head + 3 × adapters
+               (forward 2P, input grads 2P, no weight grads for frozen weights ≈ 4P per token;
+               reference/estimators.md §5.9, "my derivation")
+    checkpointing  + one more forward of the decoder layers (≈ +2P, i.e. +1/3 of 6P)
+
+The optimizer step is memory-bound over parameter, gradient and state bytes. QLoRA adds a
+memory-bound NF4 dequantization before every use of a frozen weight. Data parallelism adds a
+gradient all-reduce (ZeRO-3/FSDP: parameter all-gathers and gradient reduce-scatters instead);
+tensor parallelism adds activation all-reduces inside every layer (Megatron: 2 forward, 2 backward).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from gpuscout.errors import SpecError
+from gpuscout.estimate.activations import layer_activation_bytes_per_token
+from gpuscout.estimate.efficiency import Efficiency, default_efficiency
+from gpuscout.estimate.params import linear_params, lora_targets
+from gpuscout.estimate.speed_roofline import (
+    Bound,
+    PhaseTime,
+    Rates,
+    SpeedEstimate,
+    banded,
+    dominant,
+    gib,
+    link_bytes_per_s,
+    phase,
+    ring_all_reduce_bytes,
+    ring_gather_bytes,
+    tflop,
+)
+from gpuscout.estimate.training import PARAM_BYTES, optimizer_state_bytes, trainable_params
+from gpuscout.hardware.catalog import Gpu, peak_flops_per_s
+from gpuscout.workload.job import FinetuneJob
+from gpuscout.workload.shape import ModelShape
+
+# Dtype the matmuls run in. Plain fp32 uses the CUDA-core rate: PyTorch leaves TF32 matmuls off by
+# default (torch.backends.cuda.matmul.allow_tf32 = False since 1.12).
+COMPUTE_DTYPE = {"bf16_mixed": "bf16", "bf16": "bf16", "fp16_mixed": "fp16", "fp32": "fp32"}
+# NF4 dequantization traffic per frozen linear weight per use: read 0.5 B of NF4, write and re-read
+# a 2 B bf16 copy for the matmul = 4.5 B. ASSUMPTION (bitsandbytes dequantizes to a 16-bit buffer
+# before the GEMM); gpu_poor's measured bnb slowdowns of 1.75–4.5× (estimators.md §2.7) say the
+# real overhead can be larger.
+NF4_DEQUANT_BYTES = 0.5 + 2 + 2
+# Megatron tensor parallelism: 2 all-reduces of the b·s·h activations in the forward of every
+# layer (after attention and after the MLP) and 2 in the backward (Shoeybi et al. 2019, §3).
+TP_ALL_REDUCES_PER_LAYER = 4
+
+
+@dataclass(frozen=True)
+class TrainFlops:
+    """FLOPs of one micro-batch over the whole model (before tensor-parallel splitting)."""
+
+    linear_fwd: float
+    attention_fwd: float
+    head_fwd: float
+    adapter_fwd: float
+    total: float  # what the GPU executes, recompute included
+    useful: float  # without recompute: the numerator of MFU
+
+
+def estimate_finetune_speed(
+    job: FinetuneJob, shape: ModelShape, gpu: Gpu, *, gpus: int | None, efficiency: Efficiency | None
+) -> SpeedEstimate:
+    n = gpus or job.gpus
+    if n % job.tensor_parallel:
+        raise SpecError(
+            f"{n} GPUs cannot be split into tensor-parallel groups of {job.tensor_parallel}.",
+            "Data-parallel ranks = GPUs / tensor_parallel must be a whole number.",
+            "Choose a GPU count that is a multiple of tensor_parallel.",
+        )
+    tp, dp = job.tensor_parallel, n // job.tensor_parallel
+    eff = efficiency or default_efficiency(gpu, "training")
+    dtype = COMPUTE_DTYPE[job.precision]
+    rates = Rates(flops_per_s=peak_flops_per_s(gpu, dtype), memory_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
+                  link_bytes_per_s=link_bytes_per_s(gpu, n))
+    flops = training_flops(job, shape)
+    phases = [(training_step_phase(job, shape, flops, tp, rates, eff), 1.0)]
+    if job.method == "qlora":
+        phases.append((dequant_phase(job, shape, tp, rates, eff), 1.0))
+    host = rates.model_copy(update={"link_bytes_per_s": gpu.pcie_bytes_per_s or rates.link_bytes_per_s})
+    phases.append((optimizer_phase(job, shape, tp, dp, host if job.optimizer_offload else rates, eff), 1.0))
+    phases += [(p, 1.0) for p in communication_phases(job, shape, tp, dp, rates, eff)]
+    return _summarise(job, gpu, n, dp, flops, [p for p, _ in phases], eff, rates, dominant(phases))
+
+
+def training_flops(job: FinetuneJob, shape: ModelShape) -> TrainFlops:
+    tokens = job.micro_batch * job.seq_len
+    linear = 2.0 * tokens * sum(g.active_count * g.params_each for g in shape.linears)
+    attention = attention_forward_flops(shape, job.micro_batch, job.seq_len, eager=job.attention == "eager")
+    head = 2.0 * tokens * shape.hidden_size * shape.vocab_size
+    if job.method == "full":
+        adapter = 0.0
+        useful = 3 * (linear + attention + head)
+    else:
+        adapter = 2.0 * tokens * _active_lora_params(job, shape)
+        useful = 2 * linear + 3 * attention + 2 * head + 3 * adapter
+    recompute = linear + attention + adapter if job.gradient_checkpointing else 0.0
+    return TrainFlops(linear, attention, head, adapter, useful + recompute, useful)
+
+
+def attention_forward_flops(shape: ModelShape, batch: int, seq: int, *, eager: bool) -> float:
+    """Σ layers 4·b·s·keys·(a·d): scores and weighted values (llm-analysis, LLM-Viewer).
+
+    Causal Flash/SDPA kernels skip blocks above the diagonal, so a query sees s/2 keys on average;
+    eager attention computes the full s × s scores and masks afterwards. A sliding window of w
+    caps the keys at w (eager still computes all of them).
+    """
+    width = shape.num_attention_heads * shape.head_dim
+    total = 0.0
+    for layout in shape.attention:
+        keys = float(seq)
+        if not eager:
+            keys = min(seq / 2, float(layout.window)) if layout.kind == "sliding" and layout.window else seq / 2
+        total += layout.count * 4.0 * batch * seq * keys * width
+    return total
+
+
+def _active_lora_params(job: FinetuneJob, shape: ModelShape) -> float:
+    """Adapter params a token passes through (routed-expert adapters only for the top-k)."""
+    targets = lora_targets(shape, job.lora)
+    return float(sum(g.active_count * job.lora.rank * (g.in_features + g.out_features) for g in targets))
+
+
+def training_step_phase(
+    job: FinetuneJob, shape: ModelShape, flops: TrainFlops, tp: int, rates: Rates, eff: Efficiency
+) -> PhaseTime:
+    """Forward + backward (+ recompute) over grad_accum micro-batches on one GPU."""
+    passes = 3 + (1 if job.gradient_checkpointing else 0)  # weight reads: forward, backward, recompute
+    weight_b = 2 if job.precision != "fp32" else 4
+    act_b = 4 if job.precision == "fp32" else 2
+    tokens = job.micro_batch * job.seq_len
+    per_token = layer_activation_bytes_per_token(shape, act_b, job.seq_len, job.attention == "eager", tp)
+    activations = 2.0 * per_token * tokens * shape.num_layers  # written in the forward, read in the backward
+    weights = passes * shape.params_total * weight_b / tp
+    accum = job.grad_accum
+    return phase(
+        "training step", flops=flops.total * accum / tp, bytes_moved=(weights + activations) * accum, rates=rates,
+        efficiency=eff,
+        formula=(
+            f"{accum} micro-batch(es) × ({_flops_formula(job, flops)}) / TP {tp} = {tflop(flops.total * accum / tp)}; "
+            f"bytes = {accum} × ({passes} weight reads × {gib(shape.params_total * weight_b / tp)} "
+            f"+ 2 × saved activations {gib(activations / 2)}); once per optimizer step"
+        ),
+    )
+
+
+def _flops_formula(job: FinetuneJob, flops: TrainFlops) -> str:
+    parts = (f"linears {tflop(flops.linear_fwd)}, attention {tflop(flops.attention_fwd)}, "
+             f"LM head {tflop(flops.head_fwd)}")
+    if job.method == "full":
+        rule = "3 × forward (6·P·T; Kaplan 2020, Narayanan 2021)"
+    else:
+        rule = (f"2 × linears + 3 × attention + 2 × head + 3 × adapters {tflop(flops.adapter_fwd)} "
+                "(≈ 4·P·T, estimators.md §5.9 derivation)")
+    recompute = " + 1 forward of the layers (gradient checkpointing)" if job.gradient_checkpointing else ""
+    return f"forward: {parts}; {rule}{recompute}"
+
+
+def dequant_phase(job: FinetuneJob, shape: ModelShape, tp: int, rates: Rates, eff: Efficiency) -> PhaseTime:
+    uses = (3 if job.gradient_checkpointing else 2) * job.grad_accum  # forward, backward, recompute
+    lin = linear_params(shape)
+    moved = lin * NF4_DEQUANT_BYTES * uses / tp
+    return phase(
+        "NF4 dequantization", flops=0.0, bytes_moved=moved, rates=rates, efficiency=eff,
+        formula=(f"{lin:,} frozen linear params × {NF4_DEQUANT_BYTES} B (read NF4, write + read bf16; ASSUMPTION) "
+                 f"× {uses} uses / TP {tp}; once per optimizer step"),
+    )
+
+
+def optimizer_phase(
+    job: FinetuneJob, shape: ModelShape, tp: int, dp: int, rates: Rates, eff: Efficiency
+) -> PhaseTime:
+    """Memory-bound update: read and write parameters and states, read gradients."""
+    n = trainable_params(job, shape)
+    shard = dp if job.sharding != "none" else 1  # ZeRO ≥ 1 / FSDP: each rank updates its shard
+    pb = PARAM_BYTES[job.precision] if job.method == "full" else (2 if job.precision == "bf16" else 4)
+    states, state_formula = optimizer_state_bytes(job, shape, n)
+    moved = (n * (2 * pb + pb) + 2 * states) / (tp * shard)
+    if job.optimizer_offload:
+        return phase(
+            "optimizer offload transfer", flops=0.0, bytes_moved=0.0, comm_bytes=n * (pb + 2) / (tp * shard),
+            rates=rates, efficiency=eff,
+            formula=f"{n:,} × ({pb} B gradients to CPU + 2 B parameters back) over PCIe; "
+                    "CPU Adam time not modelled",
+        )
+    return phase(
+        "optimizer step", flops=0.0, bytes_moved=moved, rates=rates, efficiency=eff,
+        formula=(f"{n:,} trainable × (read+write {pb} B params + read {pb} B grads) + read+write states "
+                 f"[{state_formula}], / (TP {tp} × shard {shard}); memory-bound, once per step"),
+    )
+
+
+def communication_phases(
+    job: FinetuneJob, shape: ModelShape, tp: int, dp: int, rates: Rates, eff: Efficiency
+) -> list[PhaseTime]:
+    out: list[PhaseTime] = []
+    if tp > 1:
+        out.append(_tensor_parallel_phase(job, shape, tp, rates, eff))
+    if dp <= 1:
+        return out
+    n = trainable_params(job, shape)
+    gb = PARAM_BYTES[job.precision] if job.method == "full" else (2 if job.precision == "bf16" else 4)
+    grads = n * gb / tp
+    if job.sharding in ("zero3", "fsdp"):
+        wb = 4 if job.precision == "fp32" else 2
+        params = shape.params_total * wb / tp
+        volume = job.grad_accum * (2 * ring_gather_bytes(params, dp) + ring_gather_bytes(grads, dp))
+        out.append(phase(
+            "parameter all-gather + gradient reduce-scatter", flops=0.0, bytes_moved=0.0, comm_bytes=volume,
+            rates=rates, efficiency=eff, hidden=eff.overlap,
+            formula=(f"{job.grad_accum} micro-batch(es) × (2 × (n−1)/n × {gib(params)} params [forward + backward "
+                     f"gathers] + (n−1)/n × {gib(grads)} grads), n = {dp}; {eff.overlap:.0%} overlapped"),
+        ))
+        return out
+    out.append(phase(
+        "gradient all-reduce", flops=0.0, bytes_moved=0.0, comm_bytes=ring_all_reduce_bytes(grads, dp), rates=rates,
+        efficiency=eff, hidden=eff.overlap,
+        formula=(f"2(n−1)/n × {n:,} trainable × {gb} B / TP {tp} = {gib(ring_all_reduce_bytes(grads, dp))}, "
+                 f"n = {dp} ranks, {eff.overlap:.0%} hidden behind the backward; once per optimizer step"),
+    ))
+    return out
+
+
+def _tensor_parallel_phase(job: FinetuneJob, shape: ModelShape, tp: int, rates: Rates, eff: Efficiency) -> PhaseTime:
+    act_b = 4 if job.precision == "fp32" else 2
+    count = TP_ALL_REDUCES_PER_LAYER + (2 if job.gradient_checkpointing else 0)
+    payload = job.micro_batch * job.seq_len * shape.hidden_size * act_b
+    volume = job.grad_accum * shape.num_layers * count * ring_all_reduce_bytes(payload, tp)
+    return phase(
+        "tensor-parallel all-reduce", flops=0.0, bytes_moved=0.0, comm_bytes=volume, rates=rates, efficiency=eff,
+        formula=(f"{job.grad_accum} × {shape.num_layers} layers × {count} all-reduces × 2(t−1)/t × b·s·h·{act_b} B "
+                 f"({gib(payload)}), t = {tp}; on the critical path (Megatron §3)"),
+    )
+
+
+def _summarise(
+    job: FinetuneJob, gpu: Gpu, n: int, dp: int, flops: TrainFlops, phases: list[PhaseTime], eff: Efficiency,
+    rates: Rates, bound: Bound,
+) -> SpeedEstimate:
+    step_s = sum(p.seconds for p in phases)
+    tokens_per_step = job.micro_batch * job.seq_len * job.grad_accum * dp
+    tokens = job.dataset_tokens * job.epochs
+    steps = math.ceil(tokens / tokens_per_step)
+    job_s, low, high = banded(steps * step_s, eff)
+    per_gpu_flops = flops.total * job.grad_accum * dp / n
+    notes = [
+        "MFU = FLOPs the method needs (no recompute) / (step time × dense peak × GPUs); "
+        "achieved_tflops counts recompute too (hardware FLOPs per GPU).",
+        f"link: {rates.link_bytes_per_s / 1e9:,.0f} GB/s catalog figure" if n > 1 else "single GPU: no communication",
+    ]
+    if job.gradient_checkpointing:
+        notes.append("checkpointing: +1 forward (+33% of 6P in theory); gpu_poor uses ×1.65 time (transformers#25572).")
+    if job.method == "qlora":
+        notes.append("QLoRA dequantization is an ASSUMED memory-bound cost; bnb slowdowns of 1.75–4.5× are reported "
+                     "(gpu_poor, estimators.md §2.7).")
+    return SpeedEstimate(
+        job_kind="finetune", gpu_sku=gpu.sku, gpus=n, job_s=job_s, job_low_s=low, job_high_s=high,
+        bound=bound,
+        metrics={
+            "step_s": step_s,
+            "tokens_per_s": tokens_per_step / step_s,
+            "samples_per_s": job.micro_batch * job.grad_accum * dp / step_s,
+            "mfu": flops.useful * job.grad_accum * dp / (step_s * rates.flops_per_s * n),
+            "achieved_tflops": per_gpu_flops / step_s / 1e12,
+        },
+        units={"tokens": tokens, "epochs": job.epochs, "steps": float(steps)},
+        phases=tuple(phases), efficiency=eff, notes=tuple(notes),
+    )
+
