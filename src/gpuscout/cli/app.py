@@ -83,8 +83,9 @@ def estimate(
 def pick(
     job_path: Annotated[Path | None, typer.Argument(metavar="JOB.toml",
                                                     help="Job spec; without it, the built-in default job.")] = None,
-    offers: Annotated[Path, typer.Option("--offers", help="Price sheet (TOML) of offers.")] = Path(
+    offers: Annotated[Path, typer.Option("--offers", help="Price sheet (TOML) or SkyPilot catalog vms.csv.")] = Path(
         "examples/prices.example.toml"),
+    cloud: Annotated[str | None, typer.Option(help="Cloud of a SkyPilot vms.csv (default: its folder).")] = None,
     deadline: Annotated[str | None, typer.Option(help="Exclude offers slower than this, e.g. 12h.")] = None,
     budget: Annotated[float | None, typer.Option(help="Exclude offers dearer than this many USD.")] = None,
     fx: Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit, e.g. CNY=0.14.")] = None,
@@ -101,7 +102,7 @@ def pick(
 
     options = CostOptions(egress_gb=egress_gb, failed_attempts=failed_attempts, seed=seed)
     payload, renderable = run_pick(job_path, offers, deadline=deadline, budget=budget, fx=fx or [],
-                                   options=options, today=date.today())
+                                   options=options, today=date.today(), cloud=cloud)
     _emit(payload, renderable, as_json)
 
 

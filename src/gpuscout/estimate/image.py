@@ -7,15 +7,46 @@ tensors alive at once:
 * UNet — the skip connections saved on the way down (every resnet/attention output per level)
   plus the largest transient at one level: a resnet (input, norm, conv), attention (Q, K, V,
   out; with eager attention also the heads · N² score matrix and its softmax), or the GEGLU
-  feed-forward (projection to 2 · 4C, gated 4C).
-* DiT (FLUX) — the image and text token streams plus one block's transient: QKV (3D), the
-  attention output (D) and the MLP (4D in, 4D activated), i.e. 12 D per token.
-* VAE decode — about 18 live full-resolution tensors of the decoder's last block width
-  (reference/estimators.md §2.8: the sd2R estimate, fitted to one observed FLUX OOM at 4 B per
-  value; gpuscout scales it by the job's dtype). Tiling bounds it to one 512 × 512 tile.
+  feed-forward block (projection to 2 · 4C, GELU of the gate 4C, product 4C, plus the block's
+  residual-stream tensors: 21 C per token, fitted).
+* DiT (FLUX) — the image and text token streams plus one block's transient (QKV, normed and
+  rotated Q/K, attention output, the single-stream block's 4D MLP computed before attention):
+  15 D per token, fitted. Eager (math) attention adds heads · N² scores and softmax in fp32.
+* VAE decode — 6 live full-resolution tensors of the decoder's last block width (fitted; the
+  peak is in the last up block's first resnet, whose input, GroupNorm output and SiLU output
+  have twice that width). Tiling bounds it to one
+  512 × 512 tile. Known gap: diffusers tiles at the VAE config's sample_size, which is 512 px for
+  SD 1.5 but 1024 px for SDXL and FLUX, so for those two a tiled decode above 1024² is traced at
+  4× this term (ratio 0.25 at 2048²); the shape does not carry the tile size yet.
+
+Calibration. The fitted coefficients (UNET_FF_LIVE, DIT_BLOCK_LIVE, DIT_MATH_SCORE_COPIES,
+VAE_LIVE_TENSORS) come from FakeTensor + MemTracker traces of the real diffusers models
+(`gpuscout.measure.image_trace`; torch 2.13, diffusers 0.42.1, CPU kernels). Traced peaks beyond
+the weights (whole denoiser batch B; one image decoded), and what the coefficients imply:
+
+| case (fp16; FLUX bf16)      | denoiser traced | fitted coefficient            | VAE decode traced |
+|-----------------------------|-----------------|-------------------------------|-------------------|
+| sd15 512², B 2, sdpa        | 130.3 MiB       | skips + 20.6 C/token (→ 21)   | 384 MiB (6.00)    |
+| sd15 512², B 2, eager       | 1079.3 MiB      | skips + 1.03 × 2·h·N²·2 B     | 384 MiB           |
+| sdxl 1024², B 2, sdpa       | 315.9 MiB       | skips + 21.1 C/token (→ 21)   | 3072 MiB fp32 (6.00) |
+| flux-dev 1024², B 1, sdpa   | 468.1 MiB       | 17.3 D/token (→ 2 + 15)       | 1536 MiB (6.00)   |
+| flux-dev 1024², B 1, eager  | 4383 MiB        | 16 D + 2.03 × 2·h·N²·2 B      | 2145 MiB (†)      |
+
+With these coefficients the analytic terms land at 0.95–1.02× the traced denoiser peaks (sd15,
+sdxl, flux-dev; sdpa and eager; 256² to 2048²; batch 1–4) and 1.00× the untiled VAE decode (the
+traced count is exactly 6.0 untiled; 6.1–6.6 tiled, as decoded tiles accumulate). Before this
+calibration the model gave 0.67× (sd15), 0.71× (sdxl) and 1.62× (flux, which also doubled its
+batch for guidance) of the traced denoiser peaks, and 3.0× the VAE peaks (18 tensors, the sd2R
+fit of one real FLUX OOM, reference/estimators.md §2.8). The trace excludes GPU-only memory —
+cuDNN convolution workspaces and allocator fragmentation, which the sd2R observation included —
+so a real decode can run above 6 tensors; tests/measure/test_image_trace.py holds the ±25%
+agreement with the trace.
+(†) With eager attention the VAE's mid-block attention (one head over all latent pixels) also
+materializes N² scores, which this model does not count (it matters from about 1024²).
 
 Classifier-free guidance doubles the denoiser batch (the conditional and unconditional passes
-run as one batch in diffusers' pipelines).
+run as one batch in diffusers' SD/SDXL pipelines), except for FLUX.1-dev: it is guidance-distilled,
+so FluxPipeline runs one pass and feeds the guidance scale as an embedding.
 """
 
 from __future__ import annotations
@@ -28,9 +59,24 @@ from gpuscout.workload.image import ImageComponent, ImageModelShape
 from gpuscout.workload.job import ImageJob
 from gpuscout.workload.shape import DTYPE_BYTES
 
-VAE_LIVE_TENSORS = 18  # sd2R fit, reference/estimators.md §2.8 (second-hand; one observation)
-VAE_TILE_PX = 512  # diffusers AutoencoderKL tile_sample_min_size for SD-class VAEs
+# Fitted to FakeTensor traces (see the module docstring); the sd2R figure of 18 (reference/
+# estimators.md §2.8, one real FLUX OOM) was 3× the traced 6.0 at every size and dtype.
+VAE_LIVE_TENSORS = 6
+# diffusers AutoencoderKL tile_sample_min_size = vae config sample_size: 512 for SD 1.5, but 1024 for
+# SDXL and FLUX (see the module docstring's known gap).
+VAE_TILE_PX = 512
 GEGLU_FF_MULT = 4  # diffusers FeedForward default mult=4, GEGLU projects to 2 × 4C
+# Tensors of width C live per token around a UNet GEGLU feed-forward (2·4C projection, 4C GELU
+# gate, 4C product = 16 C, plus ~5 C of the block's residual stream). Traced: 20.6 (sd15), 21.1
+# (sdxl) from 256² to 2048²; was 3 · GEGLU_FF_MULT = 12.
+UNET_FF_LIVE = 21
+# Tensors of width D live per token inside one FLUX block, on top of the 2 token streams. Traced:
+# 17.2–17.6 D in all (512²–2048²), at the single-stream block's attention; was 12.
+DIT_BLOCK_LIVE = 15
+# Copies of the heads · N² score matrix, in units of the job's dtype, under eager (math) attention
+# in a DiT: diffusers' native math backend runs torch's math SDPA, which upcasts 16-bit inputs to
+# fp32 (scores and softmax at 4 B). Traced: 2.03–2.11 × (2 · heads · N² · 2 B); was 2.
+DIT_MATH_SCORE_COPIES = 4
 
 
 def estimate_image_memory(job: ImageJob, model: ImageModelShape, gpu: Gpu) -> MemoryBreakdown:
@@ -67,21 +113,27 @@ def weight_terms(job: ImageJob, model: ImageModelShape) -> list[MemoryTerm]:
             for c in model.components]
 
 
-def denoiser_batch(job: ImageJob) -> int:
-    return job.batch * (2 if job.guidance else 1)
+def denoiser_batch(job: ImageJob, model: ImageModelShape) -> int:
+    """Images per denoiser forward: ×2 under classifier-free guidance, except FLUX.
+
+    FLUX.1-dev is guidance-distilled: FluxPipeline feeds guidance_scale as an embedding and runs one
+    pass per step (a second, separate pass only with true_cfg_scale > 1 and a negative prompt).
+    """
+    return job.batch * (2 if job.guidance and model.family != "flux" else 1)
 
 
 def denoiser_term(job: ImageJob, model: ImageModelShape) -> MemoryTerm:
     ab = DTYPE_BYTES[job.dtype]
     latent_w = job.width // model.vae_scale_factor
     latent_h = job.height // model.vae_scale_factor
-    batch = denoiser_batch(job)
+    batch = denoiser_batch(job, model)
     eager = job.attention == "eager"
     if model.denoiser_kind == "unet":
         per_image, how = unet_bytes(model, latent_w, latent_h, ab, eager), "skips + largest level transient"
     else:
-        per_image, how = dit_bytes(model, latent_w, latent_h, ab, eager), "token streams + one block (12·D/token)"
-    cfg = " (×2 for guidance)" if job.guidance else ""
+        per_image, how = dit_bytes(model, latent_w, latent_h, ab, eager), (
+            f"token streams + one block ({DIT_BLOCK_LIVE}·D/token)")
+    cfg = " (×2 for guidance)" if batch > job.batch else ""
     return term("denoiser activations", "activations", batch * per_image,
                 f"batch {batch}{cfg} × {per_image:,.0f} B: {how}")
 
@@ -96,7 +148,7 @@ def unet_bytes(model: ImageModelShape, latent_w: int, latent_h: int, ab: float, 
         attention = 4 * tokens * channels * ab if blocks else 0.0
         if blocks and eager:
             attention += 2 * model.attention_heads[level] * tokens * tokens * ab
-        feed_forward = 3 * GEGLU_FF_MULT * tokens * channels * ab if blocks else 0.0
+        feed_forward = UNET_FF_LIVE * tokens * channels * ab if blocks else 0.0
         peak = max(peak, resnet, attention, feed_forward)
     return skips + peak
 
@@ -105,8 +157,8 @@ def dit_bytes(model: ImageModelShape, latent_w: int, latent_h: int, ab: float, e
     width = model.hidden_size or 0
     image_tokens = (latent_w // model.patch_size) * (latent_h // model.patch_size)
     tokens = image_tokens + model.text_tokens
-    scores = 2 * model.attention_heads[0] * tokens * tokens * ab if eager else 0.0
-    return tokens * width * ab * (2 + 12) + scores
+    scores = DIT_MATH_SCORE_COPIES * model.attention_heads[0] * tokens * tokens * ab if eager else 0.0
+    return tokens * width * ab * (2 + DIT_BLOCK_LIVE) + scores
 
 
 def vae_decode_term(job: ImageJob, model: ImageModelShape) -> MemoryTerm:
@@ -119,4 +171,5 @@ def vae_decode_term(job: ImageJob, model: ImageModelShape) -> MemoryTerm:
     nbytes = images * VAE_LIVE_TENSORS * side_w * side_h * width * ab
     tiled = " (one tile)" if job.vae_tiling else ""
     return term("VAE decode activations", "activations", nbytes,
-                f"{images} × 18 live tensors × {side_w}×{side_h}{tiled} × {width} ch × {ab:g} B (sd2R fit)")
+                f"{images} × {VAE_LIVE_TENSORS} live tensors × {side_w}×{side_h}{tiled} × {width} ch × {ab:g} B "
+                "(fitted to FakeTensor traces)")

@@ -25,7 +25,11 @@ def estimate_memory(job: Job, model: Model, gpu: Gpu, *, gpus: int | None = None
             return estimate_inference_memory(job, model, gpu)
         case ImageJob(), ImageModelShape():
             return estimate_image_memory(job, model, gpu)
-    raise SpecError(
+    raise kind_mismatch(job, model)
+
+
+def kind_mismatch(job: Job, model: Model) -> SpecError:
+    return SpecError(
         f"A {job.kind} job cannot run on {model.name}.",
         "Fine-tune and inference jobs need a language model; image jobs need a diffusion model.",
         "Set `model` to a matching preset (`gpuscout model --list`), config.json or checkpoint.",

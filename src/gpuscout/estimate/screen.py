@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from gpuscout.errors import GpuscoutError
 from gpuscout.estimate.breakdown import MemoryBreakdown
 from gpuscout.estimate.fit import (
     Limits,
@@ -16,6 +17,7 @@ from gpuscout.estimate.fit import (
     suggest_changes,
 )
 from gpuscout.estimate.memory import Job, Model, estimate_memory
+from gpuscout.estimate.speed import SpeedEstimate, estimate_speed
 from gpuscout.hardware.catalog import Gpu
 
 
@@ -31,6 +33,7 @@ class GpuVerdict(BaseModel):
     suggestions: tuple[Suggestion, ...]  # single changes, cheapest first (only when it does not fit)
     plan: tuple[Suggestion, ...]  # cumulative changes that make it fit (only when it does not fit)
     peak_by_gpu_count: dict[int, int]  # sharded / tensor-parallel jobs: per-GPU peak at each count
+    speed: SpeedEstimate | None  # None when this GPU cannot run the job's precision at all
 
 
 class Screening(BaseModel):
@@ -58,7 +61,15 @@ def judge(job: Job, model: Model, gpu: Gpu) -> GpuVerdict:
         plan=() if fits else combined_plan(job, model, gpu),
         peak_by_gpu_count={n: b.peak_bytes for n, b in fit_over_gpu_counts(job, model, gpu).items()}
         if spread else {},
+        speed=_speed(job, model, gpu),
     )
+
+
+def _speed(job: Job, model: Model, gpu: Gpu) -> SpeedEstimate | None:
+    try:
+        return estimate_speed(job, model, gpu)
+    except GpuscoutError:
+        return None  # e.g. an fp32 job on a GPU with no published fp32 rate
 
 
 def _is_spread(job: Job) -> bool:

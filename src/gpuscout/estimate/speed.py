@@ -11,8 +11,8 @@ communication) of the phase that dominates. Each phase is a roofline over its FL
 
 from __future__ import annotations
 
-from gpuscout.errors import SpecError
 from gpuscout.estimate.efficiency import Efficiency, default_efficiency
+from gpuscout.estimate.memory import Job, Model, kind_mismatch
 from gpuscout.estimate.speed_image import estimate_image_speed
 from gpuscout.estimate.speed_roofline import Bound, PhaseTime, SpeedEstimate
 from gpuscout.estimate.speed_serve import estimate_inference_speed
@@ -21,9 +21,6 @@ from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.image import ImageModelShape
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
 from gpuscout.workload.shape import ModelShape
-
-Job = FinetuneJob | InferenceJob | ImageJob
-Model = ModelShape | ImageModelShape
 
 __all__ = [
     "Bound",
@@ -48,8 +45,4 @@ def estimate_speed(
             return estimate_inference_speed(job, model, gpu, gpus=gpus, efficiency=efficiency)
         case ImageJob(), ImageModelShape():
             return estimate_image_speed(job, model, gpu, efficiency=efficiency)
-    raise SpecError(
-        f"A {job.kind} job cannot run on {model.name}.",
-        "Fine-tune and inference jobs need a language model; image jobs need a diffusion model.",
-        "Set `model` to a matching preset (`gpuscout model --list`), config.json or checkpoint.",
-    )
+    raise kind_mismatch(job, model)

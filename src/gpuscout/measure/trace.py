@@ -24,7 +24,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gpuscout.errors import GpuscoutError, MissingDependencyError, SpecError
+from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.measure.memtrace import (
+    CATEGORIES,
+    at_peak_note,
+    category_peak_tracker,
+    import_trace_stack,
+    peak_total,
+)
+from gpuscout.measure.memtrace import materialize_fake as _materialize_fake
+from gpuscout.measure.memtrace import require_positive as _require_positive
 
 Precision = Literal["fp32", "bf16_mixed", "bf16", "fp16_mixed"]
 OptimizerName = Literal["adamw", "adamw_8bit", "sgd", "adafactor"]
@@ -32,20 +41,9 @@ Method = Literal["full", "lora", "qlora"]
 Attention = Literal["sdpa", "eager"]
 WeightDtype = Literal["fp32", "bf16", "fp16"]
 
-DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+__all__ = ["CATEGORIES", "DEFAULT_LORA_TARGETS", "TraceResult", "trace_finetune_step", "trace_inference_step"]
 
-# MemTracker's `_MemRefType` member names → our category names.
-_CATEGORY_OF_REFTYPE = {
-    "PARAM": "parameters",
-    "BUFFER": "buffers",
-    "GRAD": "gradients",
-    "OPT": "optimizer_states",
-    "ACT": "activations",
-    "TEMP": "temporaries",
-    "OTH": "other",
-}
-CATEGORIES = tuple(_CATEGORY_OF_REFTYPE.values())
-_TOTAL_KEY = "Total"  # MemTracker's key for the per-device sum
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 _DEVICE = "cpu (fake)"
 _NOTE_GPU_ONLY = (
@@ -120,7 +118,7 @@ def trace_finetune_step(
         # Warm-up, untracked and tiny: optimizer states are created lazily by the first step, and a
         # real run's peak (every step after the first) has them resident.
         step(1, min(seq_len, _WARMUP_SEQ_LEN))
-        tracker = _category_peak_tracker()
+        tracker = category_peak_tracker()
         tracker.track_external(model, opt)
         with tracker:
             step(micro_batch, seq_len)
@@ -132,7 +130,7 @@ def trace_finetune_step(
         "traced the second optimizer step (an untracked warm-up step created the optimizer states); "
         "scratch buffers of optimizer.step() count as temporaries, not optimizer_states",
         *_precision_notes(precision, method),
-        _at_peak_note(tracker),
+        at_peak_note(tracker),
     )
     return _result("finetune", tracker, wall_s, notes)
 
@@ -159,7 +157,7 @@ def trace_inference_step(
     with _explain_fake_failures(), FakeTensorMode():
         _materialize_fake(model)
         ids = torch.randint(0, int(model.config.vocab_size), (batch, prompt_tokens))
-        tracker = _category_peak_tracker()
+        tracker = category_peak_tracker()
         tracker.track_external(model, ids)
         with tracker, torch.no_grad():
             cache = DynamicCache(config=model.config)
@@ -175,7 +173,7 @@ def trace_inference_step(
         "the KV cache is created during the traced forward passes, so MemTracker counts it inside "
         f"activations; after the decode step it holds {cache_bytes} bytes",
         "prefill computes logits for the last position only (as generate() does)",
-        _at_peak_note(tracker),
+        at_peak_note(tracker),
     )
     return _result("inference", tracker, wall_s, notes)
 
@@ -207,39 +205,9 @@ def _explain_fake_failures() -> Iterator[None]:
         ) from exc
 
 
-def _require_positive(**sizes: int) -> None:
-    for name, value in sizes.items():
-        if value < 1:
-            raise SpecError(
-                f"Cannot trace with {name}={value}.",
-                f"{name} must be a positive integer.",
-                f"set {name} to 1 or more.",
-            )
-
-
 def _import_torch_stack(*, peft_needed: bool) -> Any:
     """Import torch (returned), transformers and, for LoRA, peft; explain what is missing."""
-    names = ["torch", "transformers", *(["peft"] if peft_needed else [])]
-    for name in names:
-        try:
-            __import__(name)
-        except ImportError as exc:
-            raise MissingDependencyError(
-                f"Trace mode needs '{name}', which is not installed.",
-                "trace mode runs the real model code under PyTorch's FakeTensorMode.",
-                "pip install 'gpuscout[bench]'",
-            ) from exc
-    try:
-        import torch.distributed._tools.mem_tracker
-    except ImportError as exc:
-        raise MissingDependencyError(
-            "Trace mode needs PyTorch's MemTracker, which this torch build lacks.",
-            "MemTracker lives in torch.distributed._tools of recent releases (tested with torch 2.13).",
-            "pip install -U 'gpuscout[bench]' torch",
-        ) from exc
-    import torch
-
-    return torch
+    return import_trace_stack("torch", "transformers", *(["peft"] if peft_needed else []))
 
 
 # --- building the job ----------------------------------------------------------------------------
@@ -248,10 +216,9 @@ def _import_torch_stack(*, peft_needed: bool) -> Any:
 def _build_model(hf_config: dict[str, Any], attention: str, num_layers: int | None, dtype: Any) -> Any:
     """Build the causal LM from a config dict on the meta device (no weights; nothing is downloaded).
 
-    The model is built and adapted (PEFT) on meta, then made fake by `_materialize_fake`: under
-    FakeTensorMode, `Module.to()` must swap parameters and fails ("Cannot swap t1 because it has
-    weakref associated with it"), which breaks peft's adapter placement. The dtype is passed at
-    build time because `from_config` would otherwise use the config's own `torch_dtype`.
+    The model is built and adapted (PEFT) on meta, then made fake by `_materialize_fake` (peft's
+    adapter placement via `Module.to()` fails under FakeTensorMode). The dtype is passed at build
+    time because `from_config` would otherwise use the config's own `torch_dtype`.
     """
     import torch
     import transformers
@@ -290,27 +257,6 @@ def _build_model(hf_config: dict[str, Any], attention: str, num_layers: int | No
             str(exc).split(". ")[0] + ".",
             'Set attention = "eager" in the job spec to trace this model.',
         ) from None
-
-
-def _materialize_fake(model: Any) -> None:
-    """Replace every meta parameter and buffer by a fake CPU tensor, keeping tied weights tied.
-
-    Call inside FakeTensorMode. Values are never read, so uninitialized storage is fine.
-    """
-    import torch
-
-    replacements: dict[int, Any] = {}
-    for module in model.modules():
-        for store in (module._parameters, module._buffers):
-            for name, tensor in store.items():
-                if tensor is None:
-                    continue
-                if id(tensor) not in replacements:
-                    fake = torch.empty(tensor.shape, dtype=tensor.dtype, device="cpu")
-                    if isinstance(tensor, torch.nn.Parameter):
-                        fake = torch.nn.Parameter(fake, requires_grad=tensor.requires_grad)
-                    replacements[id(tensor)] = fake
-                store[name] = replacements[id(tensor)]
 
 
 def _slice_depth(config: Any, num_layers: int) -> None:
@@ -440,115 +386,11 @@ def _cache_bytes(cache: Any) -> int:
 # --- reading the tracker -------------------------------------------------------------------------
 
 
-def _category_peak_tracker() -> Any:
-    """A MemTracker that also remembers each category's own maximum over time."""
-    import torch
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    # torch is untyped (Any) where mypy cannot see it, and untyped-callable where it can.
-    class _CategoryPeakTracker(MemTracker):  # type: ignore[misc,no-untyped-call,unused-ignore]
-        def __init__(self) -> None:
-            super().__init__()
-            self.category_peak_bytes: dict[str, int] = dict.fromkeys(CATEGORIES, 0)
-            self.resident_opt_bytes = 0
-            self.recording = False
-            self.frozen_params: list[Any] = []
-
-        def track_external(self, *external: Any) -> None:
-            super().track_external(*external)
-            for obj in external:
-                if isinstance(obj, torch.nn.Module):
-                    self.frozen_params.extend(p for p in obj.parameters() if not p.requires_grad)
-
-        def __enter__(self) -> Any:
-            # States already exist (warm-up step), so anything the step adds is transient.
-            current = _by_category(self._curr_mem_snap)
-            self.resident_opt_bytes = current["optimizer_states"]
-            self.category_peak_bytes = current
-            self.recording = True
-            # MemTracker (torch 2.13) registers a gradient hook on every parameter it meets, which
-            # raises for frozen ones (LoRA's base weights); a placeholder handle makes it skip them.
-            for param in self.frozen_params:
-                self._param_to_grad_hook_handles[param] = (_NO_HOOK, _NO_HOOK)
-            return super().__enter__()
-
-        def _update_peak_stats(self, peak_state: Any) -> None:
-            # MemTracker's version also updates per-module peaks, looping over every module seen
-            # after every op: with LoRA's ~1000 extra modules an 8B step took 144 s instead of 35 s.
-            # We report no per-module peaks, so keep only the global part (same code as torch 2.13).
-            for dev, dev_snap in self._curr_mem_snap.items():
-                if self._peak_mem.get(dev, 0) < dev_snap[_TOTAL_KEY]:
-                    self._peak_mem[dev] = dev_snap[_TOTAL_KEY]
-                    self._peak_mem_snap[dev] = dict(dev_snap)
-
-        def _update_snap(self, *args: Any, **kwargs: Any) -> None:
-            # Every change to the running totals goes through here, including re-categorizations
-            # (e.g. a parameter's gradient moving from Temp to Gradient) that do not trigger
-            # MemTracker's own peak update.
-            super()._update_snap(*args, **kwargs)
-            if not self.recording:  # track_external() before the step is not part of it
-                return
-            current = _split_optimizer_transients(_by_category(self._curr_mem_snap), self.resident_opt_bytes)
-            for category, value in current.items():
-                if value > self.category_peak_bytes[category]:
-                    self.category_peak_bytes[category] = value
-
-    return _CategoryPeakTracker()
-
-
-class _NoHook:
-    """Stands in for a hook handle that was never registered."""
-
-    def remove(self) -> None:
-        return None
-
-
-_NO_HOOK = _NoHook()
-
-
-def _by_category(snapshot: dict[Any, dict[Any, int]]) -> dict[str, int]:
-    """Sum a per-device MemTracker snapshot into our category names (the Total key is dropped)."""
-    totals = dict.fromkeys(CATEGORIES, 0)
-    for dev_snap in snapshot.values():
-        for reftype, value in dev_snap.items():
-            category = _CATEGORY_OF_REFTYPE.get(getattr(reftype, "name", ""))
-            if category is not None:
-                totals[category] += int(value)
-    return totals
-
-
-def _split_optimizer_transients(by_category: dict[str, int], resident_opt_bytes: int) -> dict[str, int]:
-    """Move what the optimizer step allocates beyond its resident states into temporaries.
-
-    MemTracker labels every tensor created inside `optimizer.step()` as optimizer state, including
-    the step's scratch buffers (e.g. upcast copies, update tensors); only the states persist.
-    """
-    transient = max(by_category["optimizer_states"] - resident_opt_bytes, 0)
-    return {
-        **by_category,
-        "optimizer_states": by_category["optimizer_states"] - transient,
-        "temporaries": by_category["temporaries"] + transient,
-    }
-
-
-def _peak_total(tracker: Any) -> int:
-    peak = tracker.get_tracker_snapshot("peak")
-    return sum(int(dev_snap.get(_TOTAL_KEY, 0)) for dev_snap in peak.values())
-
-
-def _at_peak_note(tracker: Any) -> str:
-    at_peak = _split_optimizer_transients(
-        _by_category(tracker.get_tracker_snapshot("peak")), tracker.resident_opt_bytes
-    )
-    parts = ", ".join(f"{name} {value}" for name, value in at_peak.items() if value)
-    return f"bytes at the overall peak: {parts}"
-
-
 def _result(kind: Literal["finetune", "inference"], tracker: Any, wall_s: float, notes: tuple[str, ...]) -> TraceResult:
     return TraceResult(
         kind=kind,
         peak_bytes=dict(tracker.category_peak_bytes),
-        peak_total_bytes=_peak_total(tracker),
+        peak_total_bytes=peak_total(tracker),
         wall_s=wall_s,
         device=_DEVICE,
         notes=notes,

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from gpuscout.estimate.breakdown import MemoryBreakdown, bytes_by_category
 from gpuscout.estimate.screen import GpuVerdict, Screening
+from gpuscout.estimate.speed import SpeedEstimate
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.image import ImageModelShape
 from gpuscout.workload.shape import ModelShape
@@ -93,18 +94,37 @@ def image_model_table(model: ImageModelShape) -> Table:
 
 def screening_table(screening: Screening) -> Table:
     """One row per GPU: does it fit, how much is left, the limits, and the first fix."""
-    table = Table(title=f"{screening.job_name} — {screening.model_name} ({screening.job_kind}): memory per GPU",
+    title = f"{screening.job_name} — {screening.model_name} ({screening.job_kind}): memory and speed per GPU"
+    table = Table(title=title,
                   caption="GiB = 2^30 bytes; usable = what the GPU shows (nvidia-smi total where known)")
     limit_names = list(screening.verdicts[0].limits.values) if screening.verdicts else []
-    columns = ("GPU", "usable GiB", "peak GiB", "headroom", "fits", *[f"max {n}" for n in limit_names], "cheapest fix")
+    columns = ("GPU", "usable GiB", "peak GiB", "headroom", "fits", *[f"max {n}" for n in limit_names],
+               "job time (band)", "bound", "cheapest fix")
     for col in columns:
         table.add_column(col, overflow="fold", no_wrap=col == "GPU",
-                         justify="left" if col in ("GPU", "cheapest fix") else "right")
+                         justify="left" if col in ("GPU", "cheapest fix", "job time (band)", "bound") else "right")
     for v in screening.verdicts:
         table.add_row(v.gpu_sku, _num(v.breakdown.usable_bytes), _num(v.breakdown.peak_bytes),
                       _headroom(v), _fit_mark(v), *[f"{v.limits.values[n]:,}" for n in limit_names],
-                      _first_fix(v))
+                      _job_time(v), v.speed.bound if v.speed else "-", _first_fix(v))
     return table
+
+
+def _job_time(v: GpuVerdict) -> str:
+    if v.speed is None:
+        return "-"
+    s = v.speed
+    return f"{duration(s.job_s)} ({duration(s.job_low_s)}–{duration(s.job_high_s)})"
+
+
+def duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 3 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 def _num(nbytes: int) -> str:
@@ -154,7 +174,25 @@ def verdict_detail(v: GpuVerdict) -> RenderableType:
         parts.append(suggestion_table(v))
     if v.limits.values:
         parts.append(Text("Largest that fits: " + ", ".join(f"{k} = {val:,}" for k, val in v.limits.values.items())))
+    if v.speed is not None:
+        parts.append(speed_table(v.speed))
     return Group(*parts)
+
+
+def speed_table(s: SpeedEstimate) -> RenderableType:
+    """Each phase's roofline: FLOPs and bytes, the time each would take, and which bound wins."""
+    table = Table(title=f"Speed on {s.gpus} × {s.gpu_sku}: job {duration(s.job_s)} "
+                        f"(band {duration(s.job_low_s)}–{duration(s.job_high_s)}), {s.bound}-bound")
+    for col in ("phase", "TFLOP", "GB moved", "compute s", "memory s", "comm s", "time s", "bound", "formula"):
+        table.add_column(col, overflow="fold", justify="left" if col in ("phase", "bound", "formula") else "right")
+    for p in s.phases:
+        table.add_row(p.name, f"{p.flops / 1e12:,.3g}", f"{p.bytes / 1e9:,.3g}", f"{p.compute_s:.3g}",
+                      f"{p.memory_s:.3g}", f"{p.comm_s:.3g}", f"{p.seconds:.3g}", p.bound, p.formula)
+    eff = s.efficiency
+    metrics = ", ".join(f"{k} = {v:,.4g}" for k, v in s.metrics.items())
+    notes = Text(f"{metrics}\nefficiency: compute {eff.compute:g}, bandwidth {eff.bandwidth:g}, link {eff.link:g}, "
+                 f"overlap {eff.overlap:g}, band ×{eff.band_low:g}–×{eff.band_high:g} ({eff.source})", style="dim")
+    return Group(table, notes)
 
 
 def suggestion_table(v: GpuVerdict) -> Table:

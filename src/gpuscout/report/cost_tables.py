@@ -9,18 +9,11 @@ from rich.text import Text
 from gpuscout.cost.billing import JobCost
 from gpuscout.cost.calculator import BilledCost, PlainCost
 from gpuscout.cost.pick import PickResult, PickRow
+from gpuscout.report.console import duration as console_duration
 
 
 def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 3 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+    return "-" if seconds is None else console_duration(seconds)
 
 
 def usd(amount: float | None) -> str:
