@@ -143,6 +143,7 @@ ORACLE_CASES = [
     ("sd15", 256, {"batch": 2, "guidance": False, "dtype": "fp32"}),
     ("sd15", 640, {"guidance": False, "vae_tiling": True}),
     ("sdxl", 512, {}),
+    ("sdxl", 1280, {"guidance": False, "vae_tiling": True}),
     ("flux-dev", 512, {"dtype": "bf16"}),
     ("flux-dev", 256, {"dtype": "bf16", "attention": "eager"}),
 ]

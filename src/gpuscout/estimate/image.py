@@ -14,10 +14,8 @@ tensors alive at once:
   15 D per token, fitted. Eager (math) attention adds heads · N² scores and softmax in fp32.
 * VAE decode — 6 live full-resolution tensors of the decoder's last block width (fitted; the
   peak is in the last up block's first resnet, whose input, GroupNorm output and SiLU output
-  have twice that width). Tiling bounds it to one
-  512 × 512 tile. Known gap: diffusers tiles at the VAE config's sample_size, which is 512 px for
-  SD 1.5 but 1024 px for SDXL and FLUX, so for those two a tiled decode above 1024² is traced at
-  4× this term (ratio 0.25 at 2048²); the shape does not carry the tile size yet.
+  have twice that width). Tiling bounds it to one tile: diffusers tiles at the VAE config's
+  sample_size, 512 px for SD 1.5 and 1024 px for SDXL and FLUX (`ImageModelShape.vae_tile_px`).
 
 Calibration. The fitted coefficients (UNET_FF_LIVE, DIT_BLOCK_LIVE, DIT_MATH_SCORE_COPIES,
 VAE_LIVE_TENSORS) come from FakeTensor + MemTracker traces of the real diffusers models
@@ -62,9 +60,6 @@ from gpuscout.workload.shape import DTYPE_BYTES
 # Fitted to FakeTensor traces (see the module docstring); the sd2R figure of 18 (reference/
 # estimators.md §2.8, one real FLUX OOM) was 3× the traced 6.0 at every size and dtype.
 VAE_LIVE_TENSORS = 6
-# diffusers AutoencoderKL tile_sample_min_size = vae config sample_size: 512 for SD 1.5, but 1024 for
-# SDXL and FLUX (see the module docstring's known gap).
-VAE_TILE_PX = 512
 GEGLU_FF_MULT = 4  # diffusers FeedForward default mult=4, GEGLU projects to 2 × 4C
 # Tensors of width C live per token around a UNet GEGLU feed-forward (2·4C projection, 4C GELU
 # gate, 4C product = 16 C, plus ~5 C of the block's residual stream). Traced: 20.6 (sd15), 21.1
@@ -165,7 +160,8 @@ def vae_decode_term(job: ImageJob, model: ImageModelShape) -> MemoryTerm:
     vae = next(c for c in model.components if c.role == "vae")
     ab = DTYPE_BYTES[component_dtype(job, vae)]
     width = model.vae_block_out_channels[0]
-    side_w, side_h = (min(job.width, VAE_TILE_PX), min(job.height, VAE_TILE_PX)) if job.vae_tiling else (
+    tile = model.vae_tile_px
+    side_w, side_h = (min(job.width, tile), min(job.height, tile)) if job.vae_tiling else (
         job.width, job.height)
     images = 1 if job.vae_tiling else job.batch
     nbytes = images * VAE_LIVE_TENSORS * side_w * side_h * width * ab

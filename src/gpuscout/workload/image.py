@@ -77,6 +77,9 @@ class ImageModelShape(Frozen):
     # with block_out_channels[0] channels, which sets the decode activation peak.
     vae_block_out_channels: tuple[int, ...]
     native_resolution_px: int  # side length the model was trained at
+    # diffusers' AutoencoderKL tiles decoding at its config's sample_size: 512 px for SD 1.5,
+    # 1024 px for SDXL and FLUX (`tile_sample_min_size`).
+    vae_tile_px: int = 512
     max_resolution_px: int  # sanity bound on requested sizes: 4 × native side, beyond any trained range
 
     @property
