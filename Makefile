@@ -24,6 +24,7 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.demo
 	$(BIN)/gpuscout estimate
 	$(BIN)/gpuscout estimate --gpu rtx-4090
+	$(BIN)/gpuscout pick --offers examples/prices.example.toml
 
 test: $(VENV)/.test
 	$(BIN)/ruff check src tests benchmarks
@@ -33,6 +34,7 @@ test: $(VENV)/.test
 bench: $(VENV)/.test
 	$(BIN)/python benchmarks/estimator_speed.py
 	$(BIN)/python benchmarks/cli_startup.py
+	$(BIN)/python benchmarks/speed_vs_published.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

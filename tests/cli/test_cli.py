@@ -94,3 +94,58 @@ def test_model_reads_exact_weight_bytes_from_a_checkpoint(tmp_path: Path) -> Non
     data = json.loads(out.stdout)
     assert data["weight_bytes_by_format"]["checkpoint (exact)"] == 100 * 64 * 2 + 10 * 4
     assert data["shape"]["checkpoint"]["by_dtype"][0]["dtype"] == "F16"
+
+
+def test_pick_ranks_the_example_sheet() -> None:
+    out = run("pick", str(EXAMPLES / "llama3-8b-qlora.toml"), "--offers", str(EXAMPLES / "prices.example.toml"),
+              "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["pick"]["rows"]
+    ranked = [r for r in rows if r["excluded"] is None]
+    assert ranked and [r["total_usd"] for r in ranked] == sorted(r["total_usd"] for r in ranked)
+    assert all(r["excluded"] for r in rows[len(ranked):])
+
+
+def test_pick_deadline_and_budget_exclude_with_reasons() -> None:
+    out = run("pick", str(EXAMPLES / "llama3-8b-qlora.toml"), "--offers", str(EXAMPLES / "prices.example.toml"),
+              "--deadline", "1h", "--budget", "10", "--json")
+    assert out.returncode == 0, out.stderr
+    reasons = [r["excluded"] for r in json.loads(out.stdout)["pick"]["rows"] if r["excluded"]]
+    assert any("deadline" in r for r in reasons) and any("budget" in r for r in reasons)
+
+
+def test_cost_calculator_json_total() -> None:
+    out = run("cost", "--usd-per-gpu-hour", "2.5", "--gpus", "8", "--hours", "10", "--storage-usd", "5",
+              "--transfer-usd", "1", "--retry-usd", "4", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["total_usd"] == 2.5 * 8 * 10 + 5 + 1 + 4
+
+
+def test_cost_shows_how_billing_rules_change_the_bill() -> None:
+    out = run("cost", "--usd-per-gpu-hour", "2", "--gpus", "1", "--hours", "0.25", "--min-billed-s", "3600",
+              "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["total_usd"] == 0.5 and data["billed"]["total_usd"] == 2.0
+
+
+def test_cost_of_an_offer_from_a_sheet() -> None:
+    out = run("cost", "--offers", str(EXAMPLES / "prices.example.toml"), "--offer", "lambda-h100-sxm-1x",
+              "--hours", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["total"] > 2 * 4.29
+
+
+def test_cost_bad_input_is_a_user_error() -> None:
+    for args in (("--usd-per-gpu-hour", "0", "--hours", "1"), ("--usd-per-gpu-hour", "1"),
+                 ("--offers", str(EXAMPLES / "prices.example.toml"), "--offer", "lambda-h100", "--hours", "1")):
+        out = run("cost", *args)
+        assert out.returncode == 1 and "To fix" in out.stderr and "Traceback" not in out.stderr, args
+
+
+def test_pick_bad_price_sheet_is_a_user_error(tmp_path: Path) -> None:
+    sheet = tmp_path / "prices.toml"
+    sheet.write_text('[[offer]]\nid = "x"\nprovider = "p"\ngpu = "h100"\ngpu_count = 1\nprice = -1.0\n'
+                     'price_basis = "gpu"\ncurrency = "USD"\nobserved_at = 2026-11-01\nsource = "quote"\n')
+    out = run("pick", "--offers", str(sheet))
+    assert out.returncode == 1 and "price" in out.stderr and "Traceback" not in out.stderr
