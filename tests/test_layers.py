@@ -21,7 +21,7 @@ ALLOWED = {
     "cost": {"results", "estimate", "hardware", "workload"},
     "report": {"estimate", "measure", "load", "results", "cost", "workload", "hardware"},
 }
-LEAVES = {"errors", "units"}
+LEAVES = {"errors", "units", "userfile"}
 
 
 def imported_packages(path: Path) -> set[str]:

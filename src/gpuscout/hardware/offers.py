@@ -11,7 +11,6 @@ over a job lives in `gpuscout.cost`.
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from datetime import date
 from pathlib import Path
@@ -21,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from gpuscout.errors import SpecError, UnknownNameError
 from gpuscout.hardware.catalog import find_gpu
+from gpuscout.userfile import read_user_toml
 
 Tier = Literal["on-demand", "spot", "reserved"]
 PriceBasis = Literal["instance", "gpu"]
@@ -218,23 +218,7 @@ _TOP_LEVEL_KEYS = ("offer", "exchange_rate")
 def load_price_sheet(path: Path) -> PriceSheet:
     """Read a TOML price sheet: [[offer]] tables (with [[offer.storage]], [[offer.egress_tiers]])
     and optional [[exchange_rate]] tables. Every problem is a SpecError that names where it is."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(
-            f"Cannot read the price sheet {path}.",
-            getattr(exc, "strerror", None) or str(exc),
-            "Check the path; examples/prices.example.toml shows the format.",
-        ) from None
-    try:
-        document = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(
-            f"{path} is not valid TOML: {exc}.",
-            "The TOML parser stopped at the line and column shown.",
-            "Fix the syntax at that line (quotes around strings, '=' between key and value, "
-            "dates as YYYY-MM-DD without quotes).",
-        ) from None
+    document = read_user_toml(path, "price sheet", "Check the path; examples/prices.example.toml shows the format.")
     return parse_price_sheet(document, path=str(path))
 
 

@@ -40,6 +40,7 @@ from gpuscout.errors import SpecError, UnknownNameError
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.offers import Offer
 from gpuscout.units import GB, GIB
+from gpuscout.userfile import read_user_text
 
 REQUIRED_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "Region")
 OPTIONAL_COLUMNS = ("GpuInfo", "SpotPrice", "AvailabilityZone", "Arch")
@@ -156,14 +157,7 @@ def describe_import(result: SkypilotImport) -> str:
 
 def _read_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, row with every known column present as a stripped string)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(
-            f"Cannot read the SkyPilot catalog {path}.",
-            getattr(exc, "strerror", None) or str(exc),
-            "Point at a vms.csv, e.g. ~/.sky/catalogs/v7/aws/vms.csv.",
-        ) from None
+    text = read_user_text(path, "SkyPilot catalog", "Point at a vms.csv, e.g. ~/.sky/catalogs/v7/aws/vms.csv.")
     reader = csv.reader(text.splitlines())
     try:
         header = [name.strip() for name in next(reader, [])]

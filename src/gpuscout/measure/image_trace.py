@@ -17,15 +17,14 @@ torch and diffusers are imported inside functions only: importing this module is
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.errors import SpecError
 from gpuscout.measure.memtrace import (
     category_peak_tracker,
+    explain_fake_failures,
     import_trace_stack,
     materialize_fake,
     peak_total,
@@ -80,7 +79,9 @@ def trace_image_step(
     if vae_tiling:
         decoder.enable_tiling()
     passes = denoiser_passes(shape, guidance)
-    with _explain_fake_failures(), FakeTensorMode():
+    with explain_fake_failures("Image trace mode could not run this model on fake CPU tensors.",
+                               "use the analytic estimate (drop --trace), or try attention='sdpa' and another "
+                               "dtype."), FakeTensorMode():
         materialize_fake(unet_or_dit)
         materialize_fake(decoder)
         inputs = _denoiser_inputs(shape, configs[denoiser.name], width, height, batch * passes, dtypes[dtype])
@@ -248,19 +249,6 @@ def _tensors(inputs: dict[str, Any]) -> list[Any]:
 def _weight_bytes(model: Any) -> int:
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
     return sum(int(t.numel() * t.element_size()) for t in tensors.values())
-
-
-@contextmanager
-def _explain_fake_failures() -> Iterator[None]:
-    """Turn an op that cannot run on fake CPU tensors into a user error (the cause is chained)."""
-    try:
-        yield
-    except (RuntimeError, NotImplementedError) as exc:
-        raise GpuscoutError(
-            "Image trace mode could not run this model on fake CPU tensors.",
-            f"{type(exc).__name__}: {str(exc).strip()[:500]}",
-            "use the analytic estimate (drop --trace), or try attention='sdpa' and another dtype.",
-        ) from exc
 
 
 def _notes(

@@ -12,9 +12,11 @@ torch is imported inside functions only: importing this module is cheap.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-from gpuscout.errors import MissingDependencyError, SpecError
+from gpuscout.errors import GpuscoutError, MissingDependencyError, SpecError
 
 # MemTracker's `_MemRefType` member names → our category names.
 _CATEGORY_OF_REFTYPE = {
@@ -202,3 +204,12 @@ def at_peak_note(tracker: Any) -> str:
     )
     parts = ", ".join(f"{name} {value}" for name, value in at_peak.items() if value)
     return f"bytes at the overall peak: {parts}"
+
+
+@contextmanager
+def explain_fake_failures(what: str, fix: str) -> Iterator[None]:
+    """Turn an op that cannot run on fake CPU tensors into a user error (the cause is chained)."""
+    try:
+        yield
+    except (RuntimeError, NotImplementedError) as exc:
+        raise GpuscoutError(what, f"{type(exc).__name__}: {str(exc).strip()[:500]}", fix) from exc

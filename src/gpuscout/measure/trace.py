@@ -18,8 +18,7 @@ from __future__ import annotations
 import inspect
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -29,6 +28,7 @@ from gpuscout.measure.memtrace import (
     CATEGORIES,
     at_peak_note,
     category_peak_tracker,
+    explain_fake_failures,
     import_trace_stack,
     peak_total,
 )
@@ -40,6 +40,12 @@ OptimizerName = Literal["adamw", "adamw_8bit", "sgd", "adafactor"]
 Method = Literal["full", "lora", "qlora"]
 Attention = Literal["sdpa", "eager"]
 WeightDtype = Literal["fp32", "bf16", "fp16"]
+
+_FAKE_FAILURE = "Trace mode could not run this model's step on fake CPU tensors."
+_FAKE_FAILURE_FIX = (
+    "use the analytic estimate (drop --trace). Mixture-of-experts models trace only in pure "
+    "bf16 (precision='bf16' / weight_dtype='bf16'): torch's grouped matmul needs bf16 inputs."
+)
 
 __all__ = ["CATEGORIES", "DEFAULT_LORA_TARGETS", "TraceResult", "trace_finetune_step", "trace_inference_step"]
 
@@ -102,7 +108,7 @@ def trace_finetune_step(
     if method == "lora":
         model = _apply_lora(model, lora_rank, lora_alpha, lora_target_modules)
     model.train()
-    with _explain_fake_failures(), FakeTensorMode():
+    with explain_fake_failures(_FAKE_FAILURE, _FAKE_FAILURE_FIX), FakeTensorMode():
         _materialize_fake(model)
         opt = _build_optimizer(optimizer, [p for p in model.parameters() if p.requires_grad])
         vocab = int(model.config.vocab_size)
@@ -154,7 +160,7 @@ def trace_inference_step(
     start_s = time.perf_counter()
     model = _build_model(hf_config, attention, num_layers, dtype)
     model.eval()
-    with _explain_fake_failures(), FakeTensorMode():
+    with explain_fake_failures(_FAKE_FAILURE, _FAKE_FAILURE_FIX), FakeTensorMode():
         _materialize_fake(model)
         ids = torch.randint(0, int(model.config.vocab_size), (batch, prompt_tokens))
         tracker = category_peak_tracker()
@@ -189,20 +195,6 @@ def _refuse_bitsandbytes(method: str, optimizer: str) -> None:
             "use the analytic estimate (drop --trace), or trace with method='lora' / "
             "optimizer='adamw' and apply the analytic byte difference.",
         )
-
-
-@contextmanager
-def _explain_fake_failures() -> Iterator[None]:
-    """Turn an op that cannot run on fake CPU tensors into a user error (the cause is chained)."""
-    try:
-        yield
-    except (RuntimeError, NotImplementedError) as exc:
-        raise GpuscoutError(
-            "Trace mode could not run this model's step on fake CPU tensors.",
-            f"{type(exc).__name__}: {str(exc).strip()[:500]}",
-            "use the analytic estimate (drop --trace). Mixture-of-experts models trace only in pure "
-            "bf16 (precision='bf16' / weight_dtype='bf16'): torch's grouped matmul needs bf16 inputs.",
-        ) from exc
 
 
 def _import_torch_stack(*, peft_needed: bool) -> Any:

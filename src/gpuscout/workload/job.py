@@ -12,13 +12,13 @@ beyond its maximum, LoRA rank above the hidden size) live in `estimate.validate`
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from gpuscout.errors import SpecError
+from gpuscout.userfile import read_user_toml
 
 Precision = Literal["fp32", "bf16_mixed", "bf16", "fp16_mixed"]
 Optimizer = Literal["adamw", "adamw_8bit", "sgd", "adafactor"]
@@ -148,22 +148,7 @@ def parse_job(data: dict[str, Any], *, origin: str = "job spec") -> FinetuneJob 
 
 def load_job(path: Path) -> FinetuneJob | InferenceJob | ImageJob:
     """Read a TOML job spec. Malformed TOML points at the line; invalid values name the field."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(
-            f"Cannot read the job spec {path}.",
-            exc.strerror or str(exc),
-            "Check the path; examples live in examples/*.toml.",
-        ) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SpecError(
-            f"{path} is not valid TOML: {exc}.",
-            "The TOML parser stopped at the position shown.",
-            "Fix the syntax at that line (quotes around strings, '=' between key and value).",
-        ) from None
+    data = read_user_toml(path, "job spec", "Check the path; examples live in examples/*.toml.")
     return parse_job(data, origin=str(path))
 
 
