@@ -43,7 +43,7 @@ from gpuscout.estimate.speed_roofline import (
     ring_gather_bytes,
     tflop,
 )
-from gpuscout.estimate.training import PARAM_BYTES, optimizer_state_bytes, trainable_params
+from gpuscout.estimate.training import PARAM_BYTES, optimizer_state_bytes, trainable_param_bytes, trainable_params
 from gpuscout.hardware.catalog import Gpu, peak_flops_per_s
 from gpuscout.workload.job import FinetuneJob
 from gpuscout.workload.shape import ModelShape
@@ -188,7 +188,7 @@ def optimizer_phase(
     """Memory-bound update: read and write parameters and states, read gradients."""
     n = trainable_params(job, shape)
     shard = dp if job.sharding != "none" else 1  # ZeRO ≥ 1 / FSDP: each rank updates its shard
-    pb = PARAM_BYTES[job.precision] if job.method == "full" else (2 if job.precision == "bf16" else 4)
+    pb = trainable_param_bytes(job)
     states, state_formula = optimizer_state_bytes(job, shape, n)
     moved = (n * (2 * pb + pb) + 2 * states) / (tp * shard)
     if job.optimizer_offload:

@@ -135,7 +135,7 @@ def weight_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[Me
         return [term("weights", "weights", p * b / div, f"{p:,} params × {b} B / {div}")]
     base = _base_weight_terms(job, shape, div)
     adapters = lora_params(shape, job.lora)
-    ab = _adapter_bytes(job)
+    ab = adapter_bytes(job)
     base.append(term("LoRA adapters", "weights", adapters * ab / layout.tp,
                      f"{adapters:,} adapter params (rank {job.lora.rank} × (d_in + d_out)) × {ab} B"))
     return base
@@ -158,14 +158,19 @@ def _base_weight_terms(job: FinetuneJob, shape: ModelShape, div: int) -> list[Me
     ]
 
 
-def _adapter_bytes(job: FinetuneJob) -> int:
+def trainable_param_bytes(job: FinetuneJob) -> int:
+    """Bytes of each trainable parameter (and of its gradient)."""
+    return PARAM_BYTES[job.precision] if job.method == "full" else adapter_bytes(job)
+
+
+def adapter_bytes(job: FinetuneJob) -> int:
     """peft upcasts adapters to fp32 under mixed recipes (autocast_adapter_dtype=True)."""
     return 2 if job.precision == "bf16" else 4
 
 
 def gradient_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTerm:
     n = trainable_params(job, shape)
-    gb = PARAM_BYTES[job.precision] if job.method == "full" else _adapter_bytes(job)
+    gb = trainable_param_bytes(job)
     div = layout.tp * _shard(layout, "gradients")
     return term("gradients", "gradients", n * gb / div, f"{n:,} trainable params × {gb} B / {div}")
 
