@@ -21,7 +21,12 @@ ALLOWED = {
     "cost": {"results", "estimate", "hardware", "workload"},
     "report": {"estimate", "measure", "load", "results", "cost", "workload", "hardware"},
 }
-LEAVES = {"errors", "units", "userfile"}
+LEAVES = {"errors", "units", "userfile", "stats"}
+
+
+# The result schema is shared vocabulary: measurement and load tests write their records in it,
+# results stores and compares them (the flow stays measure/load → results → cost → report).
+SHARED_SCHEMA = "gpuscout.results.schema"
 
 
 def imported_packages(path: Path) -> set[str]:
@@ -32,7 +37,7 @@ def imported_packages(path: Path) -> set[str]:
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
-    return {n.split(".")[1] for n in names if n.startswith("gpuscout.") and n.count(".") >= 1}
+    return {n.split(".")[1] for n in names if n.startswith("gpuscout.") and n.count(".") >= 1 and n != SHARED_SCHEMA}
 
 
 def modules() -> list[Path]:

@@ -1,0 +1,136 @@
+"""The on-disk result of a measurement: versioned, plain numbers, self-describing.
+
+A result records every fixed variable of the run (DESIGN.md §4) so that `compare` can refuse to
+call a winner between runs that differ, the environment fingerprint, and for every case its raw
+samples, summary statistics, peak memory, startup phases, or the failure that stopped it.
+Measured and extrapolated values (depth slicing) are kept apart and labelled.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gpuscout.stats import Summary
+
+SCHEMA_VERSION = 1
+
+ResultKind = Literal["finetune", "inference", "image", "probe", "load"]
+FailureKind = Literal["oom", "crash", "unsupported", "timeout", "interrupted"]
+Scalar = str | int | float | bool | None
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Metric(Frozen):
+    """One number of one case, with its raw samples when it was measured repeatedly."""
+
+    name: str  # DESIGN.md §4 names where one exists: step_s, tokens_per_s, ttft_s, tpot_s, peak_bytes …
+    unit: str  # "s", "tokens/s", "bytes", "TFLOP/s", "fraction" …
+    value: float  # the headline figure: the mean of the samples, or the single reading
+    samples: tuple[float, ...] = ()
+    summary: Summary | None = None
+    higher_is_better: bool = False
+    extrapolated: bool = False  # True: scaled from a depth slice, not measured (see `Case.layers`)
+    note: str = ""  # formula or caveat
+
+
+class PeakMemory(Frozen):
+    """Three views of peak memory (reference/benchmarks.md §2.10); None where not available."""
+
+    torch_allocated_bytes: int | None = None  # live tensors (max_memory_allocated)
+    torch_reserved_bytes: int | None = None  # held by the caching allocator (max_memory_reserved)
+    nvml_used_bytes: int | None = None  # sampled process/device use, including the CUDA context
+    process_rss_bytes: int | None = None  # CPU runs: peak resident set of the case's process
+    device_total_bytes: int | None = None
+    extrapolated_allocated_bytes: int | None = None  # depth slice scaled to the full model
+
+
+class StartupPhase(Frozen):
+    name: str  # since_boot, imports, cuda_init, model_build, first_step …
+    seconds: float
+
+
+class Failure(Frozen):
+    case: str
+    kind: FailureKind
+    message: str
+    size: dict[str, Scalar] = {}  # the size that failed: micro_batch, seq_len, concurrency …
+
+
+class Case(Frozen):
+    """One measured configuration (e.g. one concurrency level), run in its own process."""
+
+    name: str
+    params: dict[str, Scalar]  # what distinguishes this case from its siblings
+    layers: int | None = None  # depth slice actually built (None: full depth)
+    full_layers: int | None = None
+    metrics: tuple[Metric, ...] = ()
+    peak_memory: PeakMemory = PeakMemory()
+    startup: tuple[StartupPhase, ...] = ()
+    failure: Failure | None = None
+    wall_s: float = 0.0
+
+
+class FixedVariables(Frozen):
+    """Everything a fair comparison must hold equal (DESIGN.md §4)."""
+
+    kind: ResultKind
+    model: str  # preset id or path as given
+    model_config_hash: str  # sha256 of the canonical config JSON
+    data: str  # "synthetic" or the dataset path
+    data_hash: str | None = None
+    seed: int
+    precision: str
+    device: str  # "cuda" or "cpu"
+    warmup: int
+    repeats: int
+    layers: int | None = None
+    settings: dict[str, Scalar]  # batch, seq_len, prompt/output tokens, concurrency levels, resolution …
+
+
+class Fingerprint(Frozen):
+    """The machine and software the numbers came from."""
+
+    gpuscout_version: str
+    python: str
+    platform: str
+    cpu_model: str
+    cpu_cores: int
+    ram_bytes: int | None = None
+    disk_free_bytes: int | None = None
+    libraries: dict[str, str]  # torch, transformers, peft, diffusers, accelerate, bitsandbytes, …
+    cuda: str | None = None
+    driver: str | None = None
+    gpu_name: str | None = None
+    gpu_sku: str | None = None  # the catalog SKU it matched, if any
+    gpu_count: int = 0
+    gpu_memory_bytes: int | None = None
+    compute_capability: str | None = None
+    sm_clock_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    power_limit_w: float | None = None
+    pcie_generation: int | None = None
+    pcie_width: int | None = None
+    mig_mode: str | None = None
+    ecc: bool | None = None
+    topology: str | None = None
+    region: str | None = None  # where the machine was rented (user-given)
+    billing: str | None = None  # on-demand / spot / reserved (user-given)
+
+
+class BenchResult(Frozen):
+    schema_version: int = SCHEMA_VERSION
+    kind: ResultKind
+    created_at: datetime
+    name: str
+    job: dict[str, Scalar | list[Scalar] | dict[str, Scalar | list[Scalar]]]  # the job spec as run
+    fixed: FixedVariables
+    fingerprint: Fingerprint
+    cases: tuple[Case, ...]
+    complete: bool = True  # False when interrupted (Ctrl-C) or some cases did not run
+    notes: tuple[str, ...] = ()
