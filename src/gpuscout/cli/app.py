@@ -135,6 +135,49 @@ def cost(
     _emit(payload, renderable, as_json)
 
 
+@app.command()
+def bench(
+    job_path: Annotated[Path | None, typer.Argument(metavar="JOB.toml", help="Job spec to measure.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here.")] = None,
+    device: Annotated[str, typer.Option(help="auto | cuda | cpu.")] = "auto",
+    warmup: Annotated[int, typer.Option(help="Untimed warm-up iterations per case.")] = 2,
+    repeats: Annotated[int, typer.Option(help="Timed repeats per case.")] = 5,
+    layers: Annotated[int | None, typer.Option(help="Build K layers and extrapolate to full depth.")] = None,
+    probe: Annotated[bool, typer.Option("--probe", help="Machine probes: matmul, bandwidth, copies, disk.")] = False,
+    dataset: Annotated[Path | None, typer.Option(help="Your data (JSONL/text) instead of synthetic tokens.")] = None,
+    created_at: Annotated[str | None, typer.Option(help="When the machine was created (ISO time).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the synthetic data.")] = 0,
+    as_json: JsonFlag = False,
+) -> None:
+    """Measure the job's real task on this machine: every case in its own process, fixed variables recorded."""
+    from gpuscout.cli.bench_view import run_bench_command
+
+    payload, renderable = run_bench_command(job_path, output=output, device=device, warmup=warmup, repeats=repeats,
+                                            layers=layers, probe=probe, dataset=dataset, created_at=created_at,
+                                            seed=seed)
+    _emit(payload, renderable, as_json)
+
+
+@app.command()
+def compare(
+    results: Annotated[list[Path], typer.Argument(metavar="RESULT.json...", help="Two or more bench results.")],
+    offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet: total job cost per machine.")] = None,
+    offer: Annotated[list[str] | None, typer.Option("--offer", help="Offer id per result, in order.")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="table | md | json.")] = "table",
+    allow_diff: Annotated[bool, typer.Option("--allow-diff", help="Compare although fixed variables differ.")] = False,
+    fx: Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit.")] = None,
+) -> None:
+    """Compare results side by side: fairness check, ratios with 95% CIs, cost per job, and a verdict."""
+    from gpuscout.cli.compare_view import run_compare
+
+    text = run_compare(results, offers_path=offers, offer_ids=offer or [], fmt=fmt, allow_diff=allow_diff,
+                       fx=fx or [])
+    if isinstance(text, str):
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        _console().print(text)
+
+
 def _emit(payload: Any, renderable: Any, as_json: bool) -> None:
     if as_json:
         _print_json(payload)

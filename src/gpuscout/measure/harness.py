@@ -15,12 +15,40 @@ import multiprocessing as mp
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpuscout.results.schema import Case, Failure, FailureKind, Metric, Scalar
 from gpuscout.stats import summarize
 
 CaseFn = Callable[..., Case]
+
+
+class BenchSettings(BaseModel):
+    """How to measure: the same for every case of a run, and recorded in the result."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    device: str = "auto"  # auto | cuda | cpu (resolved by `resolve_device` before cases run)
+    warmup: int = Field(2, ge=0)
+    repeats: int = Field(5, ge=1)
+    seed: int = 0
+    layers: int | None = Field(None, ge=1)  # depth slice: build only K layers and extrapolate
+    dataset: str | None = None  # a JSONL/text file of the user's data; None = synthetic seeded tokens
+    created_at: float | None = None  # epoch seconds the machine was created (startup "since creation")
+    timeout_s: float = Field(1800.0, gt=0)  # per case
+
+
+@dataclass(frozen=True)
+class PlannedCase:
+    """One case to run in its own process: `fn(*args)` returns its `Case`."""
+
+    name: str
+    fn: CaseFn
+    args: tuple[Any, ...]
+    size: dict[str, Scalar] = field(default_factory=dict)  # what to record if it fails
 
 
 def run_isolated(fn: CaseFn, *args: Any, case: str, size: dict[str, Scalar], timeout_s: float = 3600.0) -> Case:
