@@ -13,7 +13,8 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(VENV)/.demo: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[bench]"
 	touch $@
 
 $(VENV)/.test: pyproject.toml | $(BIN)/python
@@ -25,6 +26,12 @@ demo: $(VENV)/.demo
 	$(BIN)/gpuscout estimate
 	$(BIN)/gpuscout estimate --gpu rtx-4090
 	$(BIN)/gpuscout pick --offers examples/prices.example.toml
+	@# A real measurement on this machine (tiny model, seconds on a CPU), twice, then the comparison.
+	OMP_NUM_THREADS=1 $(BIN)/gpuscout bench examples/tiny-finetune.toml --device auto --warmup 2 --repeats 8 \
+		-o .demo/tiny-finetune-a.json
+	OMP_NUM_THREADS=1 $(BIN)/gpuscout bench examples/tiny-finetune.toml --device auto --warmup 2 --repeats 8 \
+		-o .demo/tiny-finetune-b.json
+	$(BIN)/gpuscout compare .demo/tiny-finetune-a.json .demo/tiny-finetune-b.json
 
 test: $(VENV)/.test
 	$(BIN)/ruff check src tests benchmarks

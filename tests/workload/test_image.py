@@ -31,11 +31,15 @@ EXPECTED_PARAMS = {
     ("flux-dev", "text_encoder"): 123_060_480,
     ("flux-dev", "text_encoder_2"): 4_762_310_656,
     ("flux-dev", "vae"): 83_819_683,
+    # tiny-sd: a deliberately tiny SD-style test model (for benches and demos on a CPU)
+    ("tiny-sd", "unet"): 1_106_212,
+    ("tiny-sd", "text_encoder"): 51_616,
+    ("tiny-sd", "vae"): 1_399_879,
 }
 
 
 def test_preset_ids() -> None:
-    assert set(image_preset_ids()) == {"sd15", "sdxl", "flux-dev"}
+    assert set(image_preset_ids()) == {"sd15", "sdxl", "flux-dev", "tiny-sd"}
 
 
 @pytest.mark.parametrize(

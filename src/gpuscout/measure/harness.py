@@ -55,11 +55,15 @@ def run_isolated(fn: CaseFn, *args: Any, case: str, size: dict[str, Scalar], tim
     """Run `fn(*args)` in a spawned process and return its Case, or a Case holding the failure.
 
     `fn` must be importable at module level (spawn pickles it by reference). A child that dies
-    (segfault, OOM killer) or overruns `timeout_s` is recorded, never raised.
+    (segfault, OOM killer, `os._exit`) or overruns `timeout_s` is recorded, never raised.
+    KeyboardInterrupt (Ctrl-C) kills the child at once and propagates, so the caller can keep
+    what finished.
     """
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, fn, args, case, size), daemon=True)
+    # Not a daemon: a case may start its own workers (DataLoader num_workers > 0), which daemonic
+    # processes cannot. The `finally` below kills the child on every way out instead.
+    proc = ctx.Process(target=_child, args=(child, fn, args, case, size), daemon=False)
     start = time.perf_counter()
     proc.start()
     child.close()
@@ -68,16 +72,29 @@ def run_isolated(fn: CaseFn, *args: Any, case: str, size: dict[str, Scalar], tim
             proc.kill()
             return failed_case(case, size, "timeout", f"no result after {timeout_s:g} s", time.perf_counter() - start)
         result: Case = parent.recv()
+        # The parent's view: process start, imports and the case itself.
+        result = result.model_copy(update={"wall_s": time.perf_counter() - start})
     except EOFError:
-        proc.join()
-        reason = f"the case's process died (exit code {proc.exitcode}); often the kernel's OOM killer"
+        proc.join(timeout=10)
+        reason = (f"the case's process died without a result (exit code {proc.exitcode}); a negative code is "
+                  "the signal that killed it, often SIGKILL (-9) from the kernel's OOM killer")
         return failed_case(case, size, "crash", reason, time.perf_counter() - start)
+    except KeyboardInterrupt:
+        proc.kill()
+        raise
     finally:
-        if proc.is_alive():
-            proc.join(timeout=10)
-        if proc.is_alive():
-            proc.kill()
+        _reap(proc)
+        parent.close()
     return result
+
+
+def _reap(proc: Any) -> None:
+    """Give a child that sent its result a moment to exit, then make sure it is gone."""
+    if proc.is_alive():
+        proc.join(timeout=10)
+    if proc.is_alive():
+        proc.kill()
+        proc.join(timeout=5)
 
 
 def _child(conn: Any, fn: CaseFn, args: tuple[Any, ...], case: str, size: dict[str, Scalar]) -> None:
@@ -93,7 +110,9 @@ def _child(conn: Any, fn: CaseFn, args: tuple[Any, ...], case: str, size: dict[s
 def classify_failure(exc: BaseException) -> FailureKind:
     name = type(exc).__name__
     text = str(exc).lower()
-    if name == "OutOfMemoryError" or "out of memory" in text or isinstance(exc, MemoryError):
+    # CUDA: torch.OutOfMemoryError ("CUDA out of memory"); CPU: "DefaultCPUAllocator: can't allocate memory".
+    oom_words = ("out of memory", "can't allocate memory", "not enough memory")
+    if name == "OutOfMemoryError" or isinstance(exc, MemoryError) or any(w in text for w in oom_words):
         return "oom"
     if isinstance(exc, NotImplementedError) or name == "UnsupportedHere":
         return "unsupported"
@@ -103,8 +122,13 @@ def classify_failure(exc: BaseException) -> FailureKind:
 
 
 def _message(exc: BaseException) -> str:
-    lines = traceback.format_exception_only(type(exc), exc)
-    return "".join(lines).strip()[:2000]
+    """The exception line, plus where it was raised for anything that is not a clean refusal."""
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames and classify_failure(exc) in ("crash", "oom"):
+        last = frames[-1]
+        text += f" (raised at {last.filename}:{last.lineno} in {last.name})"
+    return text[:2000]
 
 
 def failed_case(case: str, size: dict[str, Scalar], kind: FailureKind, message: str, wall_s: float) -> Case:
@@ -134,6 +158,21 @@ def time_repeats(step: Callable[[], Any], *, warmup: int, repeats: int, device: 
     return samples
 
 
+def time_first_then_repeats(step: Callable[[], Any], *, warmup: int, repeats: int,
+                            device: str) -> tuple[float, list[float]]:
+    """(seconds of the very first call, timed repeats) — the first call is the startup phase
+    `first_step` (lazy allocations, kernel selection, optimizer state creation).
+
+    With warmup ≥ 1 the first call is the first warm-up call; with warmup = 0 it is the first
+    timed repeat, so its sample is also the first of the repeats.
+    """
+    if warmup == 0:
+        samples = time_repeats(step, warmup=0, repeats=repeats, device=device)
+        return samples[0], samples
+    first = time_repeats(step, warmup=0, repeats=1, device=device)[0]
+    return first, time_repeats(step, warmup=warmup - 1, repeats=repeats, device=device)
+
+
 def _cuda_times(step: Callable[[], Any], repeats: int) -> list[float]:
     import torch
 
@@ -151,17 +190,18 @@ def _cuda_times(step: Callable[[], Any], repeats: int) -> list[float]:
 
 
 def timed_metric(name: str, unit: str, samples: list[float], *, higher_is_better: bool = False,
-                 note: str = "") -> Metric:
+                 note: str = "", extrapolated: bool = False) -> Metric:
     """A metric whose headline value is the mean of its raw samples."""
     summary = summarize(samples)
     return Metric(name=name, unit=unit, value=summary.mean, samples=tuple(samples), summary=summary,
-                  higher_is_better=higher_is_better, note=note)
+                  higher_is_better=higher_is_better, note=note, extrapolated=extrapolated)
 
 
 def derived_metric(name: str, unit: str, samples: list[float], *, higher_is_better: bool = True,
-                   note: str = "") -> Metric:
+                   note: str = "", extrapolated: bool = False) -> Metric:
     """A metric computed per sample from timed samples (e.g. tokens/s = tokens / step_s)."""
-    return timed_metric(name, unit, samples, higher_is_better=higher_is_better, note=note)
+    return timed_metric(name, unit, samples, higher_is_better=higher_is_better, note=note,
+                        extrapolated=extrapolated)
 
 
 def resolve_device(requested: str) -> str:

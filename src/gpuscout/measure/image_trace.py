@@ -65,17 +65,17 @@ def trace_image_step(
     """Trace one denoiser forward and one VAE decode of a diffusers image pipeline's real models."""
     shape = load_image_preset(preset_id)
     require_positive(width=width, height=height, batch=batch)
-    _require_divisible(shape, width, height)
+    require_divisible(shape, width, height)
     torch = import_trace_stack("torch", "diffusers")
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     configs = image_component_configs(preset_id)
-    denoiser, vae = _component(shape, "denoiser"), _component(shape, "vae")
+    denoiser, vae = image_component(shape, "denoiser"), image_component(shape, "vae")
     dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
     vae_dtype = dtypes[vae_run_dtype(vae, dtype)]
     start_s = time.perf_counter()
-    unet_or_dit = _build(configs[denoiser.name], dtypes[dtype], attention)
-    decoder = _build(configs[vae.name], vae_dtype, attention)
+    unet_or_dit = build_image_model(configs[denoiser.name], dtypes[dtype], attention)
+    decoder = build_image_model(configs[vae.name], vae_dtype, attention)
     if vae_tiling:
         decoder.enable_tiling()
     passes = denoiser_passes(shape, guidance)
@@ -84,12 +84,12 @@ def trace_image_step(
                                "dtype."), FakeTensorMode():
         materialize_fake(unet_or_dit)
         materialize_fake(decoder)
-        inputs = _denoiser_inputs(shape, configs[denoiser.name], width, height, batch * passes, dtypes[dtype])
+        inputs = denoiser_inputs(shape, configs[denoiser.name], width, height, batch * passes, dtypes[dtype])
         denoiser_peak = _phase_peak(unet_or_dit, lambda: unet_or_dit(**inputs, return_dict=False), inputs)
-        latents = torch.empty(batch, shape.latent_channels, *_latent_hw(shape, width, height), dtype=vae_dtype)
+        latents = torch.empty(batch, shape.latent_channels, *latent_hw(shape, width, height), dtype=vae_dtype)
         decode = _as_module(decoder.decode)
         vae_peak = _phase_peak(decode, lambda: decode(latents, return_dict=False), {"z": latents})
-    weights = {denoiser.name: _weight_bytes(unet_or_dit), vae.name: _weight_bytes(decoder)}
+    weights = {denoiser.name: weight_bytes(unet_or_dit), vae.name: weight_bytes(decoder)}
     return ImageTraceResult(
         denoiser_peak_bytes=denoiser_peak,
         vae_decode_peak_bytes=vae_peak,
@@ -114,18 +114,18 @@ def vae_run_dtype(vae: ImageComponent, dtype: ImageDtype) -> ImageDtype:
     return "fp32" if vae.default_dtype == "fp32" else dtype
 
 
-# --- building --------------------------------------------------------------------------------------
+# --- building (shared with the image benchmark, `image_bench`) --------------------------------------
 
 
-def _component(shape: ImageModelShape, role: str) -> ImageComponent:
+def image_component(shape: ImageModelShape, role: str) -> ImageComponent:
     return next(c for c in shape.components if c.role == role)
 
 
-def _require_divisible(shape: ImageModelShape, width: int, height: int) -> None:
+def require_divisible(shape: ImageModelShape, width: int, height: int, *, action: str = "trace") -> None:
     step = shape.vae_scale_factor * shape.patch_size
     if width % step or height % step:
         raise SpecError(
-            f"Cannot trace {shape.name} at {width}×{height}.",
+            f"Cannot {action} {shape.name} at {width}×{height}.",
             f"its latents are 1/{shape.vae_scale_factor} of the image"
             + (f", packed in {shape.patch_size}×{shape.patch_size} patches" if shape.patch_size > 1 else "")
             + f", so both sides must be multiples of {step}.",
@@ -133,11 +133,13 @@ def _require_divisible(shape: ImageModelShape, width: int, height: int) -> None:
         )
 
 
-def _build(config: dict[str, Any], dtype: Any, attention: ImageAttention) -> Any:
-    """Build a diffusers model from its config on the meta device, cast it, and set its attention.
+def build_image_model(config: dict[str, Any], dtype: Any, attention: ImageAttention, device: Any = "meta") -> Any:
+    """Build a diffusers model from its config on `device`, cast it, and set its attention.
 
-    `from_config` ignores `torch_dtype`, and diffusers' `ModelMixin.to(dtype)` logs a warning about
-    fp32-kept modules (none in these classes), so the plain `nn.Module.to` casts it — as
+    On "meta" (the trace) nothing is allocated; on a real device the weights are diffusers' own
+    random initialisation (the benchmark: nothing is downloaded). `from_config` ignores
+    `torch_dtype`, and diffusers' `ModelMixin.to(dtype)` logs a warning about fp32-kept modules
+    (none in these classes), so the plain `nn.Module.to` casts it — as
     `from_pretrained(torch_dtype=...)` would. "eager" is attention without SDPA: diffusers'
     `AttnProcessor` (scores and softmax materialized) for `Attention` modules, and the native math
     backend for models that dispatch attention (FLUX).
@@ -145,7 +147,7 @@ def _build(config: dict[str, Any], dtype: Any, attention: ImageAttention) -> Any
     import diffusers
     import torch
 
-    with torch.device("meta"):
+    with torch.device(device):
         model = getattr(diffusers, config["_class_name"]).from_config(config)
     torch.nn.Module.to(model, dtype)
     model.eval()
@@ -167,42 +169,48 @@ def _use_eager_attention(model: Any) -> None:
             module.processor._attention_backend = AttentionBackendName._NATIVE_MATH
 
 
-def _latent_hw(shape: ImageModelShape, width: int, height: int) -> tuple[int, int]:
+def latent_hw(shape: ImageModelShape, width: int, height: int) -> tuple[int, int]:
     return height // shape.vae_scale_factor, width // shape.vae_scale_factor
 
 
-def _denoiser_inputs(
-    shape: ImageModelShape, config: dict[str, Any], width: int, height: int, batch: int, dtype: Any
+def denoiser_inputs(
+    shape: ImageModelShape, config: dict[str, Any], width: int, height: int, batch: int, dtype: Any,
+    *, device: Any = None, random: bool = False,
 ) -> dict[str, Any]:
-    """Inputs shaped as the diffusers pipeline passes them to the denoiser for one step."""
+    """Inputs shaped as the diffusers pipeline passes them to the denoiser for one step.
+
+    `random=False` makes uninitialised tensors (enough for fake tensors, whose values are never
+    read); `random=True` draws standard-normal values on `device` (a real benchmark step: text
+    states stand in for the text encoders' output, position ids are arbitrary but finite).
+    """
     import torch
 
-    latent_h, latent_w = _latent_hw(shape, width, height)
-    text = torch.empty(batch, shape.text_tokens, shape.cross_attention_dim, dtype=dtype)
+    def make(*size: int, dtype: Any = dtype) -> Any:
+        return torch.randn(*size, dtype=dtype, device=device) if random else torch.empty(*size, dtype=dtype)
+
+    latent_h, latent_w = latent_hw(shape, width, height)
+    text = make(batch, shape.text_tokens, shape.cross_attention_dim)
     if shape.denoiser_kind == "unet":
         inputs: dict[str, Any] = {
-            "sample": torch.empty(batch, shape.latent_channels, latent_h, latent_w, dtype=dtype),
-            "timestep": torch.tensor(_TIMESTEP),
+            "sample": make(batch, shape.latent_channels, latent_h, latent_w),
+            "timestep": torch.tensor(_TIMESTEP, device=device),
             "encoder_hidden_states": text,
         }
         if config.get("addition_embed_type") == "text_time":  # SDXL: pooled text + size/crop ids
             pooled = config["projection_class_embeddings_input_dim"] - 6 * config["addition_time_embed_dim"]
-            inputs["added_cond_kwargs"] = {
-                "text_embeds": torch.empty(batch, pooled, dtype=dtype),
-                "time_ids": torch.empty(batch, 6, dtype=dtype),
-            }
+            inputs["added_cond_kwargs"] = {"text_embeds": make(batch, pooled), "time_ids": make(batch, 6)}
         return inputs
     tokens = (latent_h // shape.patch_size) * (latent_w // shape.patch_size)
     inputs = {
-        "hidden_states": torch.empty(batch, tokens, config["in_channels"], dtype=dtype),
+        "hidden_states": make(batch, tokens, config["in_channels"]),
         "encoder_hidden_states": text,
-        "pooled_projections": torch.empty(batch, config["pooled_projection_dim"], dtype=dtype),
-        "timestep": torch.full((batch,), _TIMESTEP / 1000, dtype=dtype),
-        "img_ids": torch.empty(tokens, 3, dtype=dtype),
-        "txt_ids": torch.empty(shape.text_tokens, 3, dtype=dtype),
+        "pooled_projections": make(batch, config["pooled_projection_dim"]),
+        "timestep": torch.full((batch,), _TIMESTEP / 1000, dtype=dtype, device=device),
+        "img_ids": make(tokens, 3),
+        "txt_ids": make(shape.text_tokens, 3),
     }
     if config.get("guidance_embeds"):
-        inputs["guidance"] = torch.full((batch,), _GUIDANCE_SCALE, dtype=torch.float32)
+        inputs["guidance"] = torch.full((batch,), _GUIDANCE_SCALE, dtype=torch.float32, device=device)
     return inputs
 
 
@@ -217,7 +225,7 @@ def _phase_peak(model: Any, run: Any, inputs: dict[str, Any]) -> int:
     tracker.track_external(model, *_tensors(inputs))
     with tracker, torch.no_grad():
         run()
-    return peak_total(tracker) - _weight_bytes(model)
+    return peak_total(tracker) - weight_bytes(model)
 
 
 def _as_module(method: Any) -> Any:
@@ -246,7 +254,8 @@ def _tensors(inputs: dict[str, Any]) -> list[Any]:
     return found
 
 
-def _weight_bytes(model: Any) -> int:
+def weight_bytes(model: Any) -> int:
+    """Bytes of a model's parameters and buffers (shared tensors once)."""
     tensors = {id(t): t for t in (*model.parameters(), *model.buffers())}
     return sum(int(t.numel() * t.element_size()) for t in tensors.values())
 

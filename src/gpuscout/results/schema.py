@@ -45,6 +45,9 @@ class PeakMemory(Frozen):
     torch_allocated_bytes: int | None = None  # live tensors (max_memory_allocated)
     torch_reserved_bytes: int | None = None  # held by the caching allocator (max_memory_reserved)
     nvml_used_bytes: int | None = None  # sampled process/device use, including the CUDA context
+    # NVML device `used` (every process on the GPU, other tenants too); nvml_used_bytes is then this
+    # process's own `usedGpuMemory` where NVML reports it per process, else the device view again.
+    nvml_device_used_bytes: int | None = None
     process_rss_bytes: int | None = None  # CPU runs: peak resident set of the case's process
     device_total_bytes: int | None = None
     extrapolated_allocated_bytes: int | None = None  # depth slice scaled to the full model
@@ -74,6 +77,7 @@ class Case(Frozen):
     startup: tuple[StartupPhase, ...] = ()
     failure: Failure | None = None
     wall_s: float = 0.0
+    notes: tuple[str, ...] = ()  # what this case did differently from the spec, and why (e.g. sdpa for flash)
 
 
 class FixedVariables(Frozen):

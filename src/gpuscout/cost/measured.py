@@ -1,0 +1,221 @@
+"""Total job cost from a MEASURED throughput: the whole job's work time on each machine, billed.
+
+The work time of the whole job is its size over the throughput measured at the job's own settings
+(`results.compare.headline_metric`):
+
+    fine-tune   dataset_tokens × epochs / tokens_per_s / data-parallel ranks (gpus / tensor_parallel)
+    inference   requests / requests_per_s                     (or requests × output_tokens / output_tokens_per_s)
+    image       images / images_per_s
+
+The bench measures one device; a multi-GPU fine-tune is projected linearly over its data-parallel
+ranks, as the bench's own `job_s` is. A depth-sliced result uses its extrapolated throughput.
+The time is then billed with the offer's rules (`billing.price_job`: startup, idle tail,
+increments, minimums, storage, spot), converted to USD with the sheet's or the command line's
+rates, and divided into per-unit costs (`pick.unit_costs`). The throughput's 95% CI gives a cost
+range, which the verdict uses to tell a measurable cost difference from noise.
+
+The measured throughput is not rescaled to the offer's GPU count: inference and image benches
+measure one device and no replicas are assumed (a warning says so).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from datetime import date
+
+from pydantic import BaseModel, ConfigDict
+
+from gpuscout.cost.billing import CostOptions, JobCost, price_job
+from gpuscout.cost.pick import STALE_AFTER_DAYS, unit_costs
+from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.hardware.catalog import find_gpu
+from gpuscout.hardware.offers import ExchangeRate, Offer, to_usd
+from gpuscout.results.compare import headline_metric
+from gpuscout.results.schema import BenchResult
+from gpuscout.results.verdict import CostPoint
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, parse_job
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MeasuredWork(_Frozen):
+    """How long the whole job takes at the measured throughput."""
+
+    case: str
+    metric: str
+    extrapolated: bool
+    throughput: float  # units per second (the metric's mean)
+    throughput_low: float | None  # 95% CI of the mean, when measured repeatedly
+    throughput_high: float | None
+    units: float  # the whole job's work in the metric's units
+    unit: str
+    work_s: float
+    work_low_s: float | None  # at the fast end of the throughput's CI
+    work_high_s: float | None
+    formula: str
+
+
+class MeasuredCost(_Frozen):
+    offer_id: str
+    provider: str
+    tier: str
+    gpu_sku: str
+    gpu_count: int
+    currency: str
+    observed_at: date
+    stale: bool
+    example: bool
+    work: MeasuredWork
+    cost: JobCost  # in the offer's currency
+    total_usd: float
+    total_p95_usd: float
+    low_usd: float | None  # bill at the fast end of the throughput's 95% CI
+    high_usd: float | None  # … and at the slow end
+    unit_costs_usd: dict[str, float]
+    warnings: tuple[str, ...]
+
+
+def measured_work(result: BenchResult) -> MeasuredWork:
+    job = parse_job(dict(result.job), origin=f"{result.name}: the job recorded in the result")
+    case, metric = headline_metric(result)
+    units, unit, formula = job_units(job, metric.name.removesuffix("_full_depth"))
+    low = high = None
+    if metric.summary is not None and metric.summary.n > 1 and metric.summary.ci95_low > 0:
+        low, high = metric.summary.ci95_low, metric.summary.ci95_high
+    label = f"{metric.name}{' (extrapolated to full depth)' if metric.extrapolated else ''}"
+    return MeasuredWork(case=case.name, metric=metric.name, extrapolated=metric.extrapolated,
+                        throughput=metric.value, throughput_low=low, throughput_high=high, units=units, unit=unit,
+                        work_s=units / metric.value, work_low_s=units / high if high else None,
+                        work_high_s=units / low if low else None,
+                        formula=f"{formula} / measured {label} {metric.value:.4g} {metric.unit}")
+
+
+def job_units(job: FinetuneJob | InferenceJob | ImageJob, metric: str) -> tuple[float, str, str]:
+    """The whole job's size in the units of `metric`, the unit's name, and the formula."""
+    match job, metric:
+        case FinetuneJob(), "tokens_per_s":
+            return (job.dataset_tokens * job.epochs / _ranks(job), "training tokens per data-parallel rank",
+                    f"dataset_tokens {job.dataset_tokens:,} × epochs {job.epochs:g}{_per_rank(job)}")
+        case FinetuneJob(), "samples_per_s":
+            return (job.dataset_tokens * job.epochs / job.seq_len / _ranks(job), "sequences per data-parallel rank",
+                    f"dataset_tokens {job.dataset_tokens:,} × epochs {job.epochs:g} / seq_len {job.seq_len}"
+                    f"{_per_rank(job)}")
+        case InferenceJob(), "requests_per_s":
+            return job.requests, "requests", f"requests {job.requests:,}"
+        case InferenceJob(), "output_tokens_per_s":
+            return (job.requests * job.output_tokens, "output tokens",
+                    f"requests {job.requests:,} × output_tokens {job.output_tokens}")
+        case ImageJob(), "images_per_s":
+            return job.images, "images", f"images {job.images:,}"
+    raise SpecError(f"A {job.kind} job cannot be sized in {metric}.",
+                    "The result's throughput metric does not match its job kind.",
+                    "Re-run `gpuscout bench` with the job spec; do not edit result files by hand.")
+
+
+def _ranks(job: FinetuneJob) -> int:
+    """Data-parallel ranks: the bench measures one device and projects linearly, as its own job_s does."""
+    return job.gpus // job.tensor_parallel
+
+
+def _per_rank(job: FinetuneJob) -> str:
+    ranks = _ranks(job)
+    return "" if ranks == 1 else f" / {ranks} data-parallel ranks (gpus / tensor_parallel; linear scaling assumed)"
+
+
+def price_measured(result: BenchResult, offer: Offer, *, rates: Sequence[ExchangeRate] = (), today: date,
+                   options: CostOptions | None = None) -> MeasuredCost:
+    """The whole bill for the job on `offer` at the throughput `result` measured, in USD."""
+    work = measured_work(result)
+    job = parse_job(dict(result.job), origin=f"{result.name}: the job recorded in the result")
+    cost = price_job(offer, work.work_s, options)
+    total, p95 = (to_usd(x, offer.currency, rates) for x in (cost.total, cost.total_p95))
+    low = high = None
+    if work.work_low_s is not None and work.work_high_s is not None:
+        low, high = (to_usd(price_job(offer, s, options).total, offer.currency, rates)
+                     for s in (work.work_low_s, work.work_high_s))
+    return MeasuredCost(offer_id=offer.id, provider=offer.provider, tier=offer.tier, gpu_sku=offer.gpu,
+                        gpu_count=offer.gpu_count, currency=offer.currency, observed_at=offer.observed_at,
+                        stale=(today - offer.observed_at).days > STALE_AFTER_DAYS, example=offer.example,
+                        work=work, cost=cost, total_usd=total, total_p95_usd=p95, low_usd=low, high_usd=high,
+                        unit_costs_usd=unit_costs(job, total), warnings=offer_warnings(result, job, offer))
+
+
+def offer_warnings(result: BenchResult, job: FinetuneJob | InferenceJob | ImageJob, offer: Offer) -> tuple[str, ...]:
+    out = []
+    if result_sku(result) is None:
+        out.append(f"{result.name} ran without a recognised GPU; offer {offer.id} ({offer.gpu}) is priced at "
+                   "the throughput measured there.")
+    if isinstance(job, FinetuneJob) and job.gpus != offer.gpu_count:
+        out.append(f"the job asks for {job.gpus} GPU(s) but offer {offer.id} has {offer.gpu_count}; its time "
+                   f"assumes the job's {job.gpus}.")
+    elif not isinstance(job, FinetuneJob) and offer.gpu_count > 1:
+        out.append(f"offer {offer.id} has {offer.gpu_count} GPUs; the measured throughput is one device's and is "
+                   "not multiplied by replicas.")
+    return tuple(out)
+
+
+def cost_point(cost: MeasuredCost) -> CostPoint:
+    note = f"{cost.provider}'s {cost.observed_at} price{' (EXAMPLE)' if cost.example else ''}"
+    return CostPoint(total_usd=cost.total_usd, low_usd=cost.low_usd, high_usd=cost.high_usd, price_note=note)
+
+
+# ---------------------------------------------------------------- which offer for which result
+
+def result_sku(result: BenchResult) -> str | None:
+    sku = result.fingerprint.gpu_sku
+    if sku is None or result.fixed.device == "cpu":
+        return None
+    try:
+        return find_gpu(sku).sku
+    except GpuscoutError:
+        return sku
+
+
+def match_offers(results: Sequence[BenchResult], offers: Sequence[Offer], offer_ids: Sequence[str]) -> list[Offer]:
+    """One offer per result: the ids given, in order, or the single offer for each result's GPU."""
+    if not offer_ids:
+        return [auto_offer(r, offers) for r in results]
+    if len(offer_ids) != len(results):
+        raise SpecError(f"{len(offer_ids)} --offer id(s) for {len(results)} results.",
+                        "Each result is priced with its own offer, matched by position.",
+                        "Pass one --offer ID per result in the same order, or omit --offer to match by GPU.")
+    return [given_offer(r, oid, offers) for r, oid in zip(results, offer_ids, strict=True)]
+
+
+def given_offer(result: BenchResult, offer_id: str, offers: Sequence[Offer]) -> Offer:
+    by_id = {o.id: o for o in offers}
+    if offer_id not in by_id:
+        close = difflib.get_close_matches(offer_id, list(by_id), n=3)
+        hint = f"Did you mean {', '.join(close)}?" if close else f"Known ids: {', '.join(list(by_id)[:8])} …"
+        raise SpecError(f"No offer {offer_id!r} in the price sheet.", "--offer names an [[offer]] id.", hint)
+    offer, sku = by_id[offer_id], result_sku(result)
+    if sku is not None and offer.gpu != sku:
+        raise SpecError(f"Offer {offer_id} is for {offer.gpu}, but {result.name} ran on {sku}.",
+                        "The cost comes from the throughput measured on that GPU; another GPU runs at another speed.",
+                        f"Pass an offer for {sku}, in the same order as the results.")
+    return offer
+
+
+def auto_offer(result: BenchResult, offers: Sequence[Offer]) -> Offer:
+    sku = result_sku(result)
+    if sku is None:
+        raise SpecError(f"{result.name} records no GPU SKU (device {result.fixed.device}), so no offer matches it.",
+                        "Without --offer, each result is priced with the offer for the GPU it ran on.",
+                        "Pass --offer ID for every result, in order.")
+    matches = [o for o in offers if o.gpu == sku]
+    same_count = [o for o in matches if o.gpu_count == result.fingerprint.gpu_count]
+    if len(same_count) == 1:
+        return same_count[0]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise SpecError(f"No offer in the price sheet is for {sku} ({result.name}).",
+                        "Without --offer, each result is priced with the offer for the GPU it ran on.",
+                        f"Add an [[offer]] with gpu = \"{sku}\", or pass --offer ID for every result.")
+    ids = ", ".join(o.id for o in (same_count or matches))
+    raise SpecError(f"Several offers match {sku} ({result.name}): {ids}.",
+                    "The price sheet has more than one offer for that GPU, and gpuscout will not guess.",
+                    "Pass --offer ID for every result, in the order of the results.")
