@@ -178,6 +178,72 @@ def compare(
         _console().print(text)
 
 
+@app.command()
+def load(
+    url: Annotated[str, typer.Argument(help="Server base URL, e.g. http://127.0.0.1:8000 (or …/v1).")],
+    model: Annotated[str, typer.Option("--model", "-m", help="Model name the server serves.")],
+    endpoint: Annotated[str, typer.Option(help="chat | completions.")] = "chat",
+    no_stream: Annotated[bool, typer.Option("--no-stream", help="Non-streaming requests (TTFT = e2e).")] = False,
+    concurrency: Annotated[int | None, typer.Option(help="Closed loop: requests in flight.")] = None,
+    rate: Annotated[float | None, typer.Option(help="Open loop: requests per second.")] = None,
+    arrival: Annotated[str, typer.Option(help="constant | poisson | gamma (with --rate).")] = "poisson",
+    burstiness: Annotated[float, typer.Option(help="Gamma shape k: 1 = Poisson, < 1 burstier.")] = 1.0,
+    requests: Annotated[int | None, typer.Option(help="Measured requests per level (default 100).")] = None,
+    duration: Annotated[str | None, typer.Option(help="Or run each level this long, e.g. 60s.")] = None,
+    warmup: Annotated[int, typer.Option(help="Warm-up requests, excluded from the statistics.")] = 0,
+    prompt_tokens: Annotated[int, typer.Option(help="Synthetic prompt length, tokens.")] = 128,
+    prompt_dist: Annotated[str, typer.Option(help="fixed | uniform | normal.")] = "fixed",
+    prompt_spread: Annotated[int, typer.Option(help="Spread of the prompt length, tokens.")] = 0,
+    output_tokens: Annotated[int, typer.Option(help="Output tokens per request (max_tokens, pinned).")] = 128,
+    dataset: Annotated[Path | None, typer.Option(help="JSONL prompts instead of synthetic ones.")] = None,
+    tokenizer: Annotated[str | None, typer.Option(help="Local tokenizer path: exact prompts and token counts.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of prompts and arrivals.")] = 0,
+    api_key_env: Annotated[str, typer.Option(help="Environment variable holding the API key.")] = "OPENAI_API_KEY",
+    timeout: Annotated[float, typer.Option(help="Per-request timeout, s.")] = 600.0,
+    sweep: Annotated[str | None, typer.Option(help="Levels to sweep, e.g. 1,2,4,8.")] = None,
+    search: Annotated[bool, typer.Option("--search", help="Find the most load meeting the P95 targets.")] = False,
+    ttft_p95: Annotated[float | None, typer.Option(help="SLO: P95 TTFT, s.")] = None,
+    tpot_p95: Annotated[float | None, typer.Option(help="SLO: P95 TPOT, s.")] = None,
+    e2e_p95: Annotated[float | None, typer.Option(help="SLO: P95 end-to-end latency, s.")] = None,
+    percentile: Annotated[float, typer.Option(help="Percentile the validity gate needs samples for.")] = 95.0,
+    offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet to take --offer from.")] = None,
+    offer: Annotated[str | None, typer.Option("--offer", help="Offer id of the server machine.")] = None,
+    usd_per_hour: Annotated[float | None, typer.Option(help="Server price, USD per hour.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Load-test an OpenAI-compatible endpoint fairly: TTFT, TPOT, throughput, goodput, validity, cost."""
+    from gpuscout.cli.load_view import run_load_command
+
+    payload, renderable = run_load_command(
+        url, model=model, endpoint=endpoint, stream=not no_stream, concurrency=concurrency, rate=rate,
+        arrival=arrival, burstiness=burstiness, requests=requests, duration=duration, warmup=warmup,
+        prompt_tokens=prompt_tokens, prompt_dist=prompt_dist, prompt_spread=prompt_spread,
+        output_tokens=output_tokens, dataset=dataset, tokenizer=tokenizer, seed=seed, api_key_env=api_key_env,
+        timeout_s=timeout, sweep=sweep, search=search, ttft_p95=ttft_p95, tpot_p95=tpot_p95, e2e_p95=e2e_p95,
+        percentile=percentile, offers=offers, offer=offer, usd_per_hour=usd_per_hour, output=output)
+    _emit(payload, renderable, as_json)
+
+
+@app.command()
+def probe(
+    url: Annotated[str, typer.Argument(help="Server URL to probe (TCP connect and HTTP round trips).")],
+    repeats: Annotated[int, typer.Option(help="Repeats of each measurement.")] = 20,
+    download_url: Annotated[str | None, typer.Option(help="A URL you control to download from.")] = None,
+    upload_url: Annotated[str | None, typer.Option(help="A URL you control to upload to.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Network probe: connect and HTTP round-trip P50/P95, throughput, reconnect time after a drop."""
+    try:
+        from gpuscout.cli.probe_view import run_probe
+    except ImportError:
+        raise GpuscoutError("`gpuscout probe` is not available in this build.",
+                            "gpuscout.cli.probe_view is missing.", "Update gpuscout.") from None
+    payload, renderable = run_probe(url, repeats=repeats, download_url=download_url, upload_url=upload_url,
+                                    as_json=as_json)
+    _emit(payload, renderable, as_json)
+
+
 def _emit(payload: Any, renderable: Any, as_json: bool) -> None:
     if as_json:
         _print_json(payload)

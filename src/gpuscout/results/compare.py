@@ -39,7 +39,8 @@ SIZE_KEYS = frozenset({"concurrency", "micro_batch", "seq_len", "batch", "width"
 # The metric that says how fast the whole job goes, by kind, in order of preference.
 HEADLINE_METRICS = {"finetune": ("tokens_per_s", "samples_per_s"),
                     "inference": ("requests_per_s", "output_tokens_per_s"),
-                    "image": ("images_per_s",)}
+                    "image": ("images_per_s",),
+                    "load": ("output_tokens_per_s", "requests_per_s")}
 
 
 class UnfairComparisonError(GpuscoutError):

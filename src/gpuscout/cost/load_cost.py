@@ -1,0 +1,84 @@
+"""What serving costs at the throughput a load test measured (DESIGN.md §4, benchmarks.md §4F).
+
+    usd_per_1m_output_tokens  = usd_per_s / output_tokens_per_s × 1e6
+    usd_per_request           = usd_per_s / requests_per_s
+    usd_per_1m_goodput_tokens = usd_per_s / goodput_output_tokens_per_s × 1e6
+
+where usd_per_s is the instance's hourly price (after discount, converted to USD) / 3600: the
+server is billed for every second whether or not it is busy, so this is the price at the measured
+load, not at some better-packed one. Goodput tokens are the output tokens of requests that met every
+SLO; when the case has no `goodput_output_tokens_per_s` metric they are estimated as goodput_rps ×
+the mean output tokens per request (output_tokens_per_s / requests_per_s), exact for a fixed output
+length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict
+
+from gpuscout.errors import SpecError
+from gpuscout.hardware.offers import ExchangeRate, Offer, instance_price_per_hour, to_usd
+from gpuscout.results.schema import Case
+
+HOUR_S = 3600.0
+GOODPUT_TOKENS_METRIC = "goodput_output_tokens_per_s"
+
+
+class LoadCost(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    usd_per_hour: float
+    price_source: str  # the offer id, or "--usd-per-hour"
+    usd_per_1m_output_tokens: float | None  # None when nothing was produced
+    usd_per_request: float | None
+    usd_per_1m_goodput_tokens: float | None  # None without an SLO or when no request met it
+    notes: tuple[str, ...] = ()
+
+
+def offer_usd_per_hour(offer: Offer, rates: Sequence[ExchangeRate] = ()) -> float:
+    """The whole instance's hourly price after discount, in USD."""
+    return to_usd(instance_price_per_hour(offer), offer.currency, rates)
+
+
+def price_load(case: Case, usd_per_hour: float, *, price_source: str = "--usd-per-hour") -> LoadCost:
+    """$/1M output tokens, $/request and $/1M goodput tokens of `case` at `usd_per_hour`."""
+    if not usd_per_hour > 0:
+        raise SpecError(f"The hourly price is {usd_per_hour}.", "Cost per token needs a positive price.",
+                        "Pass --usd-per-hour with a value above zero, or an offer.")
+    usd_per_s = usd_per_hour / HOUR_S
+    values = {metric.name: metric.value for metric in case.metrics}
+    notes: list[str] = []
+    tokens_per_s = values.get("output_tokens_per_s")
+    requests_per_s = values.get("requests_per_s")
+    goodput_tokens_per_s, note = _goodput_tokens_per_s(values)
+    notes += [note] if note else []
+    return LoadCost(usd_per_hour=usd_per_hour, price_source=price_source,
+                    usd_per_1m_output_tokens=_per(usd_per_s, tokens_per_s, 1e6),
+                    usd_per_request=_per(usd_per_s, requests_per_s, 1.0),
+                    usd_per_1m_goodput_tokens=_per(usd_per_s, goodput_tokens_per_s, 1e6), notes=tuple(notes))
+
+
+def price_load_on_offer(case: Case, offer: Offer, rates: Sequence[ExchangeRate] = ()) -> LoadCost:
+    cost = price_load(case, offer_usd_per_hour(offer, rates), price_source=offer.id)
+    if offer.example:
+        return cost.model_copy(update={"notes": (*cost.notes, f"{offer.id} is an example price, not a quote")})
+    return cost
+
+
+def _goodput_tokens_per_s(values: dict[str, float]) -> tuple[float | None, str]:
+    if GOODPUT_TOKENS_METRIC in values:
+        return values[GOODPUT_TOKENS_METRIC], ""
+    goodput, tokens, requests = (values.get(k) for k in ("goodput_rps", "output_tokens_per_s", "requests_per_s"))
+    if goodput is None or not tokens or not requests:
+        return None, "no goodput measured (no SLO given, or no completed requests): $/1M goodput tokens not priced"
+    return goodput * tokens / requests, ("goodput tokens estimated as goodput_rps × mean output tokens per request "
+                                         "(exact for a fixed output length)")
+
+
+def _per(usd_per_s: float, rate: float | None, scale: float) -> float | None:
+    """usd_per_s / rate × scale; None when nothing was produced (the cost per unit is unbounded)."""
+    if rate is None or rate <= 0:
+        return None
+    return usd_per_s / rate * scale

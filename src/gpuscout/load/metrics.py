@@ -1,0 +1,189 @@
+"""Per-request records → one results `Case`: DESIGN.md §4 metrics, token counts, a validity verdict.
+
+Formulas (printed in reports; reference/benchmarks.md §2.9 for how other tools name them):
+* ttft_s = first content chunk − actual send; e2e_s = last content chunk − actual send;
+  the *_from_intended_s variants use the intended (scheduled) send time, so a lagging client cannot
+  hide queueing (coordinated omission, MLPerf LoadGen's rule, §2.6).
+* tpot_s = (e2e − ttft) / (output_tokens − 1), first token excluded (vLLM TPOT = AIPerf ITL).
+* chunk_gap_s = every gap between consecutive content chunks, pooled (vLLM "ITL", AIPerf inter-chunk).
+* tokens_per_chunk = output_tokens / content chunks, per request.
+* output_tokens_per_s = Σ output tokens / run duration; requests_per_s = successes / duration;
+  goodput_rps = successes meeting every SLO bound / duration (DistServe; vLLM §2.1). The bound is
+  applied per request to latency from the intended send time.
+Output tokens come from the server's usage when present, else the tokenizer, else the chunk count.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Sequence
+from statistics import fmean
+
+from gpuscout.load.client import LoadRun, RequestRecord
+from gpuscout.results.schema import Case, Metric
+from gpuscout.stats import percentile, summarize
+from gpuscout.workload.job import Slo
+
+MAX_LAG_S = 0.010  # P95 send lag beyond this: the client fell behind (Perf Analyzer warns at 1% late, §2.4)
+LAG_FRACTION = 0.05  # … or beyond 5% of the mean inter-arrival gap of an open-loop schedule
+LAG_FLOOR_S = 0.002  # but never stricter than the event loop's ~1 ms timer granularity allows
+MAX_ERROR_RATE = 0.01
+
+
+def output_tokens(r: RequestRecord) -> int:
+    if r.output_tokens_server is not None:
+        return r.output_tokens_server
+    if r.output_tokens_client is not None:
+        return r.output_tokens_client
+    return len(r.chunk_s)
+
+
+def successful(run: LoadRun) -> list[RequestRecord]:
+    return [r for r in run.records if not r.warmup and r.error is None and r.chunk_s]
+
+
+def summarize_load(run: LoadRun, *, slo: Slo | None, percentile_needed: float = 95, max_lag_s: float = MAX_LAG_S,
+                   max_error_rate: float = MAX_ERROR_RATE) -> Case:
+    ok = successful(run)
+    measured = [r for r in run.records if not r.warmup]
+    duration = run.wall_s if run.wall_s > 0 else math.nan
+    n_out = [output_tokens(r) for r in ok]
+    metrics = [
+        _metric("ttft_s", "s", [r.chunk_s[0] - r.sent_s for r in ok], "first content chunk − send"),
+        _metric("e2e_s", "s", [r.chunk_s[-1] - r.sent_s for r in ok], "last content chunk − send"),
+        _metric("ttft_from_intended_s", "s", [r.chunk_s[0] - r.intended_s for r in ok],
+                "first content chunk − intended send (coordinated omission)"),
+        _metric("e2e_from_intended_s", "s", [r.chunk_s[-1] - r.intended_s for r in ok],
+                "last content chunk − intended send (coordinated omission)"),
+        _metric("tpot_s", "s", [(r.chunk_s[-1] - r.chunk_s[0]) / (n - 1) for r, n in zip(ok, n_out, strict=True)
+                                if n > 1], "(e2e − ttft) / (output_tokens − 1), first token excluded"),
+        _metric("chunk_gap_s", "s", [b - a for r in ok for a, b in zip(r.chunk_s, r.chunk_s[1:], strict=False)],
+                "every gap between consecutive content chunks, pooled"),
+        _metric("tokens_per_chunk", "tokens", [n / len(r.chunk_s) for r, n in zip(ok, n_out, strict=True)],
+                "output tokens / content chunks, per request"),
+        _metric("send_lag_s", "s", [r.sent_s - r.intended_s for r in measured], "actual − intended send time"),
+        _single("output_tokens_per_s", "tokens/s", sum(n_out) / duration, "Σ output tokens / run duration", True),
+        _single("requests_per_s", "requests/s", len(ok) / duration, "successful requests / run duration", True),
+        *_goodput(ok, n_out, slo, duration),
+        _single("error_rate", "fraction", (len(measured) - len(ok)) / len(measured) if measured else 0.0,
+                "failed requests / measured requests"),
+        _single("client_cpu_s", "s", run.client_cpu_s, "process CPU seconds over the measured phase"),
+        _single("client_cpu_fraction", "fraction", run.client_cpu_s / duration if run.wall_s > 0 else 0.0,
+                "client CPU seconds / run duration (1.0 = one core busy)"),
+        *_token_metrics(ok),
+        *_error_metrics(measured, ok),
+    ]
+    case = Case(name=case_name(run), params=case_params(run), metrics=tuple(m for m in metrics if m is not None),
+                wall_s=run.wall_s, notes=run.notes)
+    valid, reasons = validity(run, case, max_lag_s=max_lag_s, max_error_rate=max_error_rate,
+                              percentile=percentile_needed)
+    verdict = ("valid",) if valid else tuple(f"invalid: {r}" for r in reasons)
+    return case.model_copy(update={"notes": case.notes + verdict})
+
+
+def validity(run: LoadRun, case: Case, *, max_lag_s: float = MAX_LAG_S, max_error_rate: float = MAX_ERROR_RATE,
+             percentile: float = 95) -> tuple[bool, list[str]]:
+    """(valid, reasons): the client kept its schedule, errors stayed rare, enough samples for the percentile."""
+    reasons: list[str] = []
+    values = {m.name: m for m in case.metrics}
+    lag = values.get("send_lag_s")
+    limit = lag_limit_s(run, max_lag_s)
+    if lag is not None and lag.summary is not None and lag.summary.p95 > limit:
+        reasons.append(f"the client fell behind its schedule: P95 send lag {lag.summary.p95 * 1e3:.1f} ms > "
+                       f"{limit * 1e3:.1f} ms (lower the rate or concurrency, or use a bigger client machine)")
+    error_rate = values["error_rate"].value
+    if error_rate > max_error_rate:
+        reasons.append(f"error rate {error_rate:.1%} > {max_error_rate:.1%}")
+    needed = samples_needed(percentile)
+    ok = len(successful(run))
+    if ok < needed:
+        reasons.append(f"{ok} successful request(s); P{percentile:g} needs at least {needed}")
+    return not reasons, reasons
+
+
+def samples_needed(percentile: float) -> int:
+    """Fewest samples whose top 1 − p tail holds at least one sample: P95 → 20, P99 → 100."""
+    return max(1, math.ceil(100 / (100 - percentile) - 1e-9)) if percentile < 100 else 1000
+
+
+def lag_limit_s(run: LoadRun, max_lag_s: float) -> float:
+    if run.shape.rate_rps is None:
+        return max_lag_s
+    return min(max_lag_s, max(LAG_FRACTION / run.shape.rate_rps, LAG_FLOOR_S))
+
+
+def case_name(run: LoadRun) -> str:
+    s = run.shape
+    if s.kind == "concurrency":
+        return f"concurrency {s.concurrency}"
+    burst = f", k={s.burstiness:g}" if s.kind == "gamma" else ""
+    return f"{s.kind} {s.rate_rps:g} rps{burst}"
+
+
+def case_params(run: LoadRun) -> dict[str, str | int | float | bool | None]:
+    s = run.shape
+    return {"arrival": s.kind, "concurrency": s.concurrency, "rate_rps": s.rate_rps,
+            "burstiness": s.burstiness if s.kind == "gamma" else None, "requests": s.requests,
+            "duration_s": s.duration_s, "warmup": s.warmup_requests}
+
+
+def _meets(r: RequestRecord, n: int, slo: Slo | None) -> bool:
+    if slo is None:
+        return True
+    ttft, e2e = r.chunk_s[0] - r.intended_s, r.chunk_s[-1] - r.intended_s
+    tpot = (r.chunk_s[-1] - r.chunk_s[0]) / (n - 1) if n > 1 else 0.0  # vLLM: N_out ≤ 1 counts as TPOT 0
+    return ((slo.ttft_p95_s is None or ttft <= slo.ttft_p95_s) and (slo.tpot_p95_s is None or tpot <= slo.tpot_p95_s)
+            and (slo.e2e_p95_s is None or e2e <= slo.e2e_p95_s))
+
+
+def _goodput(ok: list[RequestRecord], n_out: list[int], slo: Slo | None, duration: float) -> list[Metric | None]:
+    """Goodput exists only against an SLO (DistServe); without one it is not reported."""
+    if slo is None:
+        return []
+    good = [n for r, n in zip(ok, n_out, strict=True) if _meets(r, n, slo)]
+    return [_single("goodput_rps", "requests/s", len(good) / duration,
+                    "requests meeting every SLO bound (from the intended send) / run duration", True),
+            _single("goodput_output_tokens_per_s", "tokens/s", sum(good) / duration,
+                    "output tokens of requests meeting every SLO bound / run duration", True)]
+
+
+def _token_metrics(ok: list[RequestRecord]) -> list[Metric | None]:
+    server = [r.output_tokens_server for r in ok if r.output_tokens_server is not None]
+    client = [r.output_tokens_client for r in ok if r.output_tokens_client is not None]
+    both = [r for r in ok if r.output_tokens_server is not None and r.output_tokens_client is not None]
+    mismatch = sum(r.output_tokens_server != r.output_tokens_client for r in both) / len(both) if both else None
+    return [
+        _single("output_tokens_server", "tokens", sum(server), f"from server usage ({len(server)} requests)")
+        if server else None,
+        _single("output_tokens_client", "tokens", sum(client), f"by the local tokenizer ({len(client)} requests)")
+        if client else None,
+        _single("token_count_mismatch_rate", "fraction", mismatch,
+                "requests whose server and tokenizer counts differ") if mismatch is not None else None,
+    ]
+
+
+def _error_metrics(measured: list[RequestRecord], ok: list[RequestRecord]) -> list[Metric | None]:
+    good = {id(r) for r in ok}
+    kinds = Counter((r.error or "empty: no content").split(":", 1)[0] for r in measured if id(r) not in good)
+    return [_single(f"errors_{kind}", "requests", count, "measured requests that failed this way")
+            for kind, count in sorted(kinds.items())]
+
+
+def _metric(name: str, unit: str, samples: Sequence[float], note: str) -> Metric | None:
+    if not samples:
+        return None
+    return Metric(name=name, unit=unit, value=fmean(samples), samples=tuple(samples), summary=summarize(samples),
+                  note=note)
+
+
+def _single(name: str, unit: str, value: float, note: str, higher: bool = False) -> Metric:
+    return Metric(name=name, unit=unit, value=0.0 if math.isnan(value) else value, higher_is_better=higher, note=note)
+
+
+def p95(case: Case, name: str) -> float | None:
+    """The P95 of one metric of a case, or None when it was not measured."""
+    for m in case.metrics:
+        if m.name == name and m.samples:
+            return percentile(m.samples, 95)
+    return None

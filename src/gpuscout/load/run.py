@@ -1,0 +1,100 @@
+"""Orchestration: workload + load shapes → runs → cases → one `BenchResult` of kind "load".
+
+One case per load level (a single shape, a sweep, or the levels an SLO search measured). The client
+machine's fingerprint is recorded (the server is remote: its hardware is whatever the user rented);
+the API key never enters the result. Pricing is not done here: cost is an opinion computed from the
+stored result at report time (DESIGN.md §2), by the CLI.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from gpuscout.load.client import Endpoint, LoadRun, Progress, run_load_sync
+from gpuscout.load.metrics import summarize_load
+from gpuscout.load.schedule import LoadShape
+from gpuscout.load.workload import Workload
+from gpuscout.results.schema import BenchResult, Case, Fingerprint, FixedVariables
+from gpuscout.workload.job import Slo
+
+ProgressFactory = Callable[[LoadShape], Progress | None]
+
+
+def measure_case(url: str, model: str, workload: Workload, shape: LoadShape, *, endpoint: Endpoint, stream: bool,
+                 api_key_env: str | None, timeout_s: float, slo: Slo | None, percentile: float,
+                 progress: Progress | None = None, extra_body: dict[str, Any] | None = None) -> tuple[LoadRun, Case]:
+    run = run_load_sync(url, model, workload, shape, endpoint=endpoint, stream=stream, api_key_env=api_key_env,
+                        timeout_s=timeout_s, progress=progress, extra_body=extra_body)
+    return run, summarize_load(run, slo=slo, percentile_needed=percentile)
+
+
+def build_result(*, url: str, model: str, workload: Workload, workload_hash: str | None, cases: list[Case],
+                 shapes: list[LoadShape], endpoint: Endpoint, stream: bool, notes: tuple[str, ...] = (),
+                 name: str | None = None) -> BenchResult:
+    first = shapes[0]
+    out_tokens = sorted({p.output_tokens for p in workload.prompts})
+    settings: dict[str, str | int | float | bool | None] = {
+        "endpoint": endpoint, "stream": stream, "arrival": first.kind,
+        "levels": ",".join(f"{s.concurrency if s.kind == 'concurrency' else s.rate_rps:g}" for s in shapes),
+        "burstiness": first.burstiness if first.kind == "gamma" else None, "requests": first.requests,
+        "duration_s": first.duration_s, "output_tokens": out_tokens[0] if len(out_tokens) == 1 else str(out_tokens),
+        "prompts": len(workload.prompts), "workload": workload.description, "tokenizer": workload.tokenizer,
+    }
+    fixed = FixedVariables(kind="load", model=model, model_config_hash=_sha256(model.encode()), data=workload.source,
+                           data_hash=workload_hash or _sha256(workload.model_dump_json().encode()), seed=workload.seed,
+                           precision="server-defined", device="remote", warmup=first.warmup_requests, repeats=1,
+                           settings=settings)
+    job: dict[str, Any] = {"url": url, "model": model, "endpoint": endpoint, "stream": stream}
+    return BenchResult(kind="load", created_at=datetime.now(UTC), name=name or f"load {model} @ {url}", job=job,
+                       fixed=fixed, fingerprint=client_fingerprint(), cases=tuple(cases), notes=notes)
+
+
+def file_sha256(path: Path) -> str:
+    return _sha256(path.read_bytes())
+
+
+def client_fingerprint() -> Fingerprint:
+    """The load generator's machine: its CPU bounds how much load it can offer."""
+    return Fingerprint(gpuscout_version=_version("gpuscout") or "unknown", python=sys.version.split()[0],
+                       platform=platform.platform(), cpu_model=_cpu_model(), cpu_cores=_cores(), ram_bytes=_ram(),
+                       libraries={k: v for k in ("httpx", "httpcore", "pydantic") if (v := _version(k))})
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _ram() -> int | None:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return None

@@ -1,0 +1,69 @@
+"""Load shapes and their send schedules.
+
+Open-loop shapes (constant, Poisson, gamma) get every send time up front as an ABSOLUTE offset from
+the run's start t0, so a late send never shifts later ones and lag cannot accumulate (the legacy vLLM
+script slept one relative gap after each send, so lag added up: reference/benchmarks.md §2.1).
+Inter-arrival gaps follow vLLM's model: Gamma(shape=k, scale=1/(λ·k)) has mean 1/λ and coefficient of
+variation 1/√k; k = 1 is Poisson, k < 1 burstier, k → ∞ constant. Seeded, so schedules are reproducible.
+Closed loop (fixed concurrency) has no schedule: each worker sends when its previous request ends.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+ShapeKind = Literal["concurrency", "constant", "poisson", "gamma"]
+
+
+class LoadShape(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: ShapeKind
+    concurrency: int | None = Field(None, gt=0)  # closed loop: this many in flight
+    rate_rps: float | None = Field(None, gt=0)  # open loop rates
+    burstiness: float = Field(1.0, gt=0)  # gamma shape k (1.0 = Poisson; < 1 burstier)
+    requests: int | None = Field(None, gt=0)
+    duration_s: float | None = Field(None, gt=0)
+    warmup_requests: int = Field(0, ge=0)
+    seed: int = 0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LoadShape:
+        if self.kind == "concurrency" and self.concurrency is None:
+            raise ValueError("a closed-loop shape needs concurrency")
+        if self.kind != "concurrency" and self.rate_rps is None:
+            raise ValueError(f"a {self.kind} shape needs rate_rps")
+        if self.requests is None and self.duration_s is None:
+            raise ValueError("a shape needs a request count or a duration")
+        return self
+
+
+def planned_requests(shape: LoadShape) -> int:
+    """Measured requests the shape will send at most (a duration limit may stop it earlier)."""
+    if shape.requests is not None:
+        return shape.requests
+    assert shape.duration_s is not None  # guaranteed by the validator
+    if shape.rate_rps is not None:
+        return max(1, math.ceil(shape.rate_rps * shape.duration_s))
+    return 10**9  # closed loop bounded by time only
+
+
+def send_offsets(shape: LoadShape, n: int) -> list[float] | None:
+    """Absolute send offsets (s from t0) of n open-loop requests; None for closed loop. First send at 0."""
+    if shape.kind == "concurrency":
+        return None
+    assert shape.rate_rps is not None
+    rate = shape.rate_rps
+    if shape.kind == "constant":
+        return [i / rate for i in range(n)]
+    k = 1.0 if shape.kind == "poisson" else shape.burstiness
+    rng = random.Random(shape.seed)
+    offsets, t = [], 0.0
+    for _ in range(n):
+        offsets.append(t)
+        t += rng.expovariate(rate) if k == 1.0 else rng.gammavariate(k, 1.0 / (rate * k))
+    return offsets

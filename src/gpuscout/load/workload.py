@@ -1,0 +1,267 @@
+"""The requests a load test sends: synthetic prompts of exact token lengths, or a JSONL dataset.
+
+Synthetic prompts are built from random vocabulary tokens (seeded), so no two prompts share a prefix
+and a server's prefix cache cannot make one request cheaper than another. With a local tokenizer
+(`--tokenizer PATH`) every prompt has exactly the requested number of tokens (special tokens such as
+BOS not counted; a chat template adds its own). Without one, gpuscout uses common English words and
+assumes one word ≈ one token (true for these short words in the Llama, Mistral and GPT BPE
+vocabularies give or take a few percent); `prompt_tokens` is then the target, and the workload's
+description says "approximate".
+
+Lengths follow a seeded distribution around the target: fixed, uniform(target ± spread) or
+normal(target, σ = spread), each clipped to at least one token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from gpuscout.errors import MissingDependencyError, SpecError
+from gpuscout.userfile import read_user_text
+
+Distribution = Literal["fixed", "uniform", "normal"]
+
+# Exact-length search: decode → re-encode can merge or split tokens at the seams, so the text is
+# trimmed or padded and checked again. It converges in one or two rounds for BPE/WordPiece/Unigram
+# vocabularies; the bound only stops a pathological tokenizer from looping forever.
+_MAX_ROUNDS = 64
+
+# Short, frequent English words: each is a single token in common LLM vocabularies.
+_WORD_TEXT = (
+    "the of and to in is that it for was on are as with his they at be this from have or by one had "
+    "not but what all were when we there can an your which their said if do will each about how up "
+    "out them then she many some so these would other into has more her two like him see time could "
+    "no make than first been its who now people my made over did down only way find use may water "
+    "long little very after words called just where most know get through back much before go good "
+    "new write our used me man too any day same right look think also around another came come work "
+    "three word must because does part even place well such here take why things help put years "
+    "different away again off went old number great tell men say small every found still between name "
+    "should home big give air line set own under read last never us left end along while might next "
+    "sound below saw something thought both few those always looked show large often together asked house"
+)
+_WORDS = tuple(_WORD_TEXT.split())
+
+
+class Prompt(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str  # the prompt (completions) or the user message (chat)
+    prompt_tokens: int  # by the tokenizer when given, else the target count (approximate)
+    output_tokens: int  # requested max_tokens (with ignore_eos-style settings)
+
+
+class Workload(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    prompts: tuple[Prompt, ...]
+    source: str  # "synthetic" or the dataset path
+    seed: int
+    tokenizer: str | None  # path of the local tokenizer used, if any
+    description: str  # e.g. "prompt tokens normal(512, 64), output 128, seed 0"
+
+
+def synthetic_workload(n: int, *, prompt_tokens: int, output_tokens: int, distribution: Distribution = "fixed",
+                       spread: int = 0, tokenizer_path: str | None = None, seed: int = 0) -> Workload:
+    """`n` random prompts whose lengths follow `distribution` around `prompt_tokens`."""
+    _check_sizes(n=n, prompt_tokens=prompt_tokens, output_tokens=output_tokens, spread=spread)
+    lengths = prompt_lengths(n, prompt_tokens, distribution, spread, seed)
+    # A second, independent stream for the text, so changing the lengths does not reshuffle words.
+    text_rng = random.Random(f"gpuscout-text-{seed}")
+    if tokenizer_path is None:
+        prompts = [Prompt(text=" ".join(text_rng.choices(_WORDS, k=k)), prompt_tokens=k, output_tokens=output_tokens)
+                   for k in lengths]
+        counted = "approximate: one word ≈ one token, no tokenizer"
+    else:
+        tokenizer = _load_tokenizer(tokenizer_path)
+        pool = _vocabulary_pool(tokenizer)
+        prompts = [Prompt(text=_exact_text(tokenizer, pool, k, text_rng), prompt_tokens=k,
+                          output_tokens=output_tokens) for k in lengths]
+        counted = f"exact, tokenizer {tokenizer_path}"
+    shape = {"fixed": f"fixed({prompt_tokens})", "uniform": f"uniform({prompt_tokens} ± {spread})",
+             "normal": f"normal({prompt_tokens}, {spread})"}[distribution]
+    return Workload(prompts=tuple(prompts), source="synthetic", seed=seed, tokenizer=tokenizer_path,
+                    description=f"{n} prompts, prompt tokens {shape} ({counted}), output {output_tokens}, seed {seed}")
+
+
+def prompt_lengths(n: int, target: int, distribution: Distribution, spread: int, seed: int) -> list[int]:
+    """Seeded prompt lengths: fixed, uniform in [target − spread, target + spread], or normal(σ = spread)."""
+    rng = random.Random(seed)
+    match distribution:
+        case "fixed":
+            return [target] * n
+        case "uniform":
+            return [max(1, rng.randint(target - spread, target + spread)) for _ in range(n)]
+        case "normal":
+            return [max(1, round(rng.gauss(target, spread))) for _ in range(n)]
+    raise SpecError(f"Unknown prompt length distribution {distribution!r}.",  # pragma: no cover - typed
+                    "gpuscout draws prompt lengths from fixed, uniform or normal.",
+                    "Pass --prompt-dist fixed, uniform or normal.")
+
+
+def dataset_workload(path: Path, *, n: int | None, output_tokens: int, tokenizer_path: str | None,
+                     seed: int) -> Workload:
+    """Prompts from a JSONL file, one object a line with "prompt", "text" or chat "messages".
+
+    The entries are shuffled with the seed; `n` larger than the file cycles through further seeded
+    shuffles, `n = None` takes every entry once. For "messages" the first user message is the prompt
+    (as vLLM's ShareGPT loader takes the first human turn).
+    """
+    texts = _read_jsonl(path)
+    count = len(texts) if n is None else n
+    _check_sizes(n=count, prompt_tokens=1, output_tokens=output_tokens, spread=0)
+    rng = random.Random(seed)
+    chosen: list[str] = []
+    while len(chosen) < count:
+        order = list(range(len(texts)))
+        rng.shuffle(order)
+        chosen += [texts[i] for i in order[: count - len(chosen)]]
+    tokenizer = _load_tokenizer(tokenizer_path) if tokenizer_path else None
+    prompts = tuple(Prompt(text=text, prompt_tokens=_count(tokenizer, text) if tokenizer else len(text.split()),
+                           output_tokens=output_tokens) for text in chosen)
+    counted = f"tokenizer {tokenizer_path}" if tokenizer_path else "approximate: words, no tokenizer"
+    mean = sum(p.prompt_tokens for p in prompts) / len(prompts)
+    return Workload(prompts=prompts, source=str(path), seed=seed, tokenizer=tokenizer_path,
+                    description=f"{count} prompts from {path} (mean {mean:.0f} prompt tokens, {counted}), "
+                                f"output {output_tokens}, seed {seed}")
+
+
+def save_workload(workload: Workload, path: Path) -> None:
+    """Write the workload as JSON atomically: a temporary file in the same folder, then a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(workload.model_dump_json(indent=2))
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def count_tokens(text: str, tokenizer_path: str | None) -> int | None:
+    """Tokens in `text` by the local tokenizer (special tokens not added); None without a tokenizer."""
+    if tokenizer_path is None:
+        return None
+    return _count(_load_tokenizer(tokenizer_path), text)
+
+
+def _check_sizes(*, n: int, prompt_tokens: int, output_tokens: int, spread: int) -> None:
+    for name, value, low in (("requests", n, 1), ("prompt tokens", prompt_tokens, 1),
+                             ("output tokens", output_tokens, 1), ("prompt spread", spread, 0)):
+        if value < low:
+            raise SpecError(f"The number of {name} is {value}.",
+                            f"A workload needs {'at least one' if low else 'a non-negative number'} of {name}.",
+                            f"Pass a value ≥ {low}.")
+
+
+@lru_cache(maxsize=4)
+def _load_tokenizer(path: str) -> Any:
+    try:
+        from transformers import AutoTokenizer
+    except ImportError:
+        raise MissingDependencyError("--tokenizer needs the transformers package.",
+                                     "Exact token counts come from the model's own tokenizer.",
+                                     "pip install transformers (or drop --tokenizer for approximate counts).") from None
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"Cannot load a tokenizer from {path}.", str(exc).splitlines()[0] if str(exc) else "",
+                        "Point --tokenizer at a local folder with tokenizer.json / tokenizer_config.json "
+                        "(e.g. a downloaded model folder); gpuscout does not download tokenizers.") from None
+
+
+def _count(tokenizer: Any, text: str) -> int:
+    return len(tokenizer.encode(text, add_special_tokens=False))
+
+
+def _vocabulary_pool(tokenizer: Any) -> list[int]:
+    """Ordinary token ids: special tokens, byte-fallback pieces (<0x0A>) and tokens that decode to
+    part of a UTF-8 character (byte-level BPE; they decode to U+FFFD, which re-encodes as three
+    tokens and keeps the length search from settling) left out."""
+    special = set(tokenizer.all_special_ids)
+    candidates = sorted(i for token, i in tokenizer.get_vocab().items()
+                        if i not in special and not (token.startswith("<") and token.endswith(">")))
+    decoded = tokenizer.batch_decode([[i] for i in candidates])
+    pool = [i for i, text in zip(candidates, decoded, strict=True) if text.strip() and "\ufffd" not in text]
+    if not pool:
+        raise SpecError("The tokenizer has no ordinary tokens.", "Synthetic prompts are sampled from its vocabulary.",
+                        "Use the model's own tokenizer folder.")
+    return pool
+
+
+def _exact_text(tokenizer: Any, pool: list[int], target: int, rng: random.Random) -> str:
+    """Text that re-encodes to exactly `target` tokens.
+
+    Sample `target` ids, decode, re-encode; decoding can merge or split tokens at the seams, so
+    repeat: too many → keep the first `target` ids of the re-encoding and decode again (swapping the
+    last id for a fresh one when that changes nothing); too few → append freshly sampled ids. Each
+    round the count moves towards the target; stop when exact, give up after `_MAX_ROUNDS`.
+    """
+    ids = rng.choices(pool, k=target)
+    for _ in range(_MAX_ROUNDS):
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        encoded = tokenizer.encode(text, add_special_tokens=False)
+        if len(encoded) == target:
+            return str(text)
+        if len(encoded) < target:
+            ids = encoded + rng.choices(pool, k=target - len(encoded))
+        else:  # a trim that changes nothing would loop; then swap the last token for a fresh one
+            trimmed = encoded[:target]
+            ids = trimmed if trimmed != ids else [*trimmed[:-1], *rng.choices(pool, k=1)]
+    raise SpecError(f"Could not build a prompt of exactly {target} tokens.",
+                    f"Decoding and re-encoding with this tokenizer did not settle in {_MAX_ROUNDS} rounds.",
+                    "Use a different --prompt-tokens, or drop --tokenizer for approximate lengths.")
+
+
+def _read_jsonl(path: Path) -> list[str]:
+    fix = 'Write one JSON object a line: {"prompt": "..."}, {"text": "..."} or {"messages": [{"role": "user", ...}]}.'
+    text = read_user_text(path, "dataset", fix)
+    prompts: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{path} line {number} is not valid JSON: {exc.msg}.",
+                            "A dataset is JSON Lines: one JSON object on each line.", fix) from None
+        prompts.append(_entry_text(entry, path, number, fix))
+    if not prompts:
+        raise SpecError(f"{path} has no prompts.", "The dataset file is empty.", fix)
+    return prompts
+
+
+def _entry_text(entry: object, path: Path, number: int, fix: str) -> str:
+    if isinstance(entry, dict):
+        for key in ("prompt", "text"):
+            if isinstance(entry.get(key), str) and entry[key]:
+                return str(entry[key])
+        messages = entry.get("messages")
+        if isinstance(messages, list):
+            for message in messages:
+                if isinstance(message, dict) and message.get("role") == "user":
+                    content = _message_text(message.get("content"))
+                    if content:
+                        return content
+    raise SpecError(f"{path} line {number} has no prompt.",
+                    'Each line needs a non-empty "prompt" or "text" string, or "messages" with a user message.', fix)
+
+
+def _message_text(content: object) -> str:
+    """A chat message's text: a string, or the text parts of an OpenAI content list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content
+                       if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str))
+    return ""
