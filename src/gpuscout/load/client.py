@@ -124,7 +124,8 @@ class _Live:
 
 @dataclass(slots=True)
 class _Context:
-    client: httpx.AsyncClient
+    client: httpx.AsyncClient  # shared by the open loop's requests
+    client_options: dict[str, Any]  # to build one single-connection client per closed-loop worker
     url: str
     model: str
     chat: bool
@@ -154,14 +155,16 @@ async def run_load(url: str, model: str, workload: WorkloadLike, shape: LoadShap
         headers["authorization"] = f"Bearer {secret}"
     width = shape.concurrency or 0
     limits = httpx.Limits(max_connections=width or None, max_keepalive_connections=width or 1024)
-    timeout = httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0))
+    # One TLS context for every client: building one per client costs ~20 ms each (httpx 0.28).
+    options: dict[str, Any] = {"headers": headers, "timeout": httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+                               "http1": True, "http2": False, "follow_redirects": False, "trust_env": False,
+                               "verify": httpx.create_ssl_context()}
     started_at = datetime.now(UTC)
     gc.collect()
     gc.freeze()  # fewer GC pauses during the run (vLLM's freeze_gc_heap, reference/benchmarks.md §4A)
     try:
-        async with httpx.AsyncClient(headers=headers, limits=limits, timeout=timeout, http1=True, http2=False,
-                                     follow_redirects=False, trust_env=False) as client:
-            ctx = _Context(client, target, model, endpoint == "chat", stream, workload.prompts, timeout_s,
+        async with httpx.AsyncClient(limits=limits, **options) as client:
+            ctx = _Context(client, options, target, model, endpoint == "chat", stream, workload.prompts, timeout_s,
                            dict(extra_body or {}), secret, progress=progress)
             lives, t0, cpu_s = await _phases(ctx, shape)
     finally:
@@ -208,13 +211,18 @@ async def _closed_loop(ctx: _Context, todo: Any, width: int, deadline: float | N
     done: list[_Live] = []
 
     async def worker() -> None:
-        for live in todo:  # a shared iterator: workers take the next request in turn
-            now = time.perf_counter()
-            if deadline is not None and now >= deadline:
-                return
-            live.intended = now
-            await _send(ctx, live)
-            done.append(live)
+        # One keep-alive connection per worker, in its own client: httpx's shared pool scans every
+        # connection on each request, which cost two thirds of the client's CPU at concurrency 64
+        # (cProfile, benchmarks/load_client_ceiling.py); per-worker clients doubled the rate at 16.
+        single = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+        async with httpx.AsyncClient(limits=single, **ctx.client_options) as client:
+            for live in todo:  # a shared iterator: workers take the next request in turn
+                now = time.perf_counter()
+                if deadline is not None and now >= deadline:
+                    return
+                live.intended = now
+                await _send(ctx, live, client)
+                done.append(live)
 
     await asyncio.gather(*(worker() for _ in range(width)))
     return done
@@ -237,14 +245,14 @@ async def _open_loop(ctx: _Context, offsets: list[float], t0: float, duration_s:
             await asyncio.sleep(0)
         live = _Live(i, (offset + i) % n_prompts, False, deadline)
         lives.append(live)
-        tasks.append(asyncio.create_task(_send(ctx, live)))
+        tasks.append(asyncio.create_task(_send(ctx, live, ctx.client)))
     await asyncio.gather(*tasks)
     return lives
 
 
-async def _send(ctx: _Context, live: _Live) -> None:
+async def _send(ctx: _Context, live: _Live, client: httpx.AsyncClient) -> None:
     """One request; a 400 while the pinning extras are on turns them off and retries once."""
-    await _attempt(ctx, live, ctx.extras_on)
+    await _attempt(ctx, live, ctx.extras_on, client)
     if live.status == 400 and ctx.extras_on:
         ctx.extras_on = False
         ctx.notes.append(f"the server answered 400 to {', '.join(EXTRA_FIELDS)}; "
@@ -252,22 +260,22 @@ async def _send(ctx: _Context, live: _Live) -> None:
         live.chunks.clear()
         live.pieces.clear()
         live.error = live.usage = None
-        await _attempt(ctx, live, False)
+        await _attempt(ctx, live, False, client)
     if not live.warmup:
         ctx.done += 1
         if ctx.progress is not None:
             ctx.progress(ctx.done, ctx.total)
 
 
-async def _attempt(ctx: _Context, live: _Live, extras: bool) -> None:
+async def _attempt(ctx: _Context, live: _Live, extras: bool, client: httpx.AsyncClient) -> None:
     body = _body(ctx, live.prompt, extras)
     live.sent = time.perf_counter()
     try:
         async with asyncio.timeout(ctx.timeout_s):
             if ctx.stream:
-                await _streamed(ctx, live, body)
+                await _streamed(ctx, live, body, client)
             else:
-                await _plain(ctx, live, body)
+                await _plain(ctx, live, body, client)
     except (TimeoutError, httpx.TimeoutException):
         live.error = f"timeout: no complete answer within {ctx.timeout_s:g} s"
     except httpx.ConnectError as exc:
@@ -279,9 +287,9 @@ async def _attempt(ctx: _Context, live: _Live, extras: bool) -> None:
     live.end = time.perf_counter()
 
 
-async def _streamed(ctx: _Context, live: _Live, body: bytes) -> None:
+async def _streamed(ctx: _Context, live: _Live, body: bytes, client: httpx.AsyncClient) -> None:
     malformed = 0
-    async with ctx.client.stream("POST", ctx.url, content=body) as resp:
+    async with client.stream("POST", ctx.url, content=body) as resp:
         live.status = resp.status_code
         if resp.status_code != 200:
             live.error = f"http_{resp.status_code}: {_scrub(ctx, (await resp.aread())[:200])}"
@@ -308,8 +316,8 @@ async def _streamed(ctx: _Context, live: _Live, body: bytes) -> None:
         live.error = f"malformed_sse: {malformed} data line(s) were not JSON"
 
 
-async def _plain(ctx: _Context, live: _Live, body: bytes) -> None:
-    resp = await ctx.client.post(ctx.url, content=body)
+async def _plain(ctx: _Context, live: _Live, body: bytes, client: httpx.AsyncClient) -> None:
+    resp = await client.post(ctx.url, content=body)
     now = time.perf_counter()
     live.status = resp.status_code
     if resp.status_code != 200:
