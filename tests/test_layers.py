@@ -21,7 +21,7 @@ ALLOWED = {
     "cost": {"results", "estimate", "hardware", "workload"},
     "report": {"estimate", "measure", "load", "results", "cost", "workload", "hardware"},
 }
-LEAVES = {"errors", "units", "userfile", "stats"}
+LEAVES = {"errors", "units", "userfile", "stats", "host"}
 
 
 # The result schema is shared vocabulary: measurement and load tests write their records in it,

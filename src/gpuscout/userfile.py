@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -29,3 +31,21 @@ def read_user_toml(path: Path, what: str, fix: str) -> dict[str, Any]:
             "Fix the syntax at that line (quotes around strings, '=' between key and value, "
             "dates as YYYY-MM-DD without quotes).",
         ) from None
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write `text` so that readers see the old file or the whole new one, never a part.
+
+    A temporary file in the same folder is written, flushed and fsync'd, then renamed over `path`.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -9,15 +9,14 @@ stored result at report time (DESIGN.md §2), by the CLI.
 from __future__ import annotations
 
 import hashlib
-import os
 import platform
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from gpuscout.host import cpu_model, package_version, ram_bytes, usable_cores
 from gpuscout.load.client import Endpoint, LoadRun, Progress, run_load_sync
 from gpuscout.load.metrics import summarize_load
 from gpuscout.load.schedule import LoadShape
@@ -63,38 +62,11 @@ def file_sha256(path: Path) -> str:
 
 def client_fingerprint() -> Fingerprint:
     """The load generator's machine: its CPU bounds how much load it can offer."""
-    return Fingerprint(gpuscout_version=_version("gpuscout") or "unknown", python=sys.version.split()[0],
-                       platform=platform.platform(), cpu_model=_cpu_model(), cpu_cores=_cores(), ram_bytes=_ram(),
-                       libraries={k: v for k in ("httpx", "httpcore", "pydantic") if (v := _version(k))})
+    return Fingerprint(gpuscout_version=package_version("gpuscout") or "unknown", python=sys.version.split()[0],
+                       platform=platform.platform(), cpu_model=cpu_model(), cpu_cores=usable_cores(),
+                       ram_bytes=ram_bytes(),
+                       libraries={k: v for k in ("httpx", "httpcore", "pydantic") if (v := package_version(k))})
 
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _ram() -> int | None:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return None

@@ -15,9 +15,7 @@ normal(target, σ = spread), each clipped to at least one token.
 from __future__ import annotations
 
 import json
-import os
 import random
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -25,7 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.errors import MissingDependencyError, SpecError
-from gpuscout.userfile import read_user_text
+from gpuscout.userfile import read_user_text, write_atomic
 
 Distribution = Literal["fixed", "uniform", "normal"]
 
@@ -134,18 +132,8 @@ def dataset_workload(path: Path, *, n: int | None, output_tokens: int, tokenizer
 
 
 def save_workload(workload: Workload, path: Path) -> None:
-    """Write the workload as JSON atomically: a temporary file in the same folder, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(workload.model_dump_json(indent=2))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write the workload as JSON atomically, next to the result that used it."""
+    write_atomic(path, workload.model_dump_json(indent=2))
 
 
 def count_tokens(text: str, tokenizer_path: str | None) -> int | None:

@@ -17,12 +17,12 @@ import os
 import platform
 import shutil
 import subprocess
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from gpuscout.errors import UnknownNameError
 from gpuscout.hardware.catalog import find_gpu
+from gpuscout.host import cpu_model, package_version, ram_bytes, usable_cores
 from gpuscout.results.schema import Fingerprint
 
 # Distribution name → key in Fingerprint.libraries.
@@ -40,7 +40,7 @@ def collect_fingerprint(device: str, *, disk_path: Path | None = None, region: s
     """Describe this machine; `device` is the resolved bench device ("cuda" or "cpu")."""
     gpu = _gpu_facts() if device == "cuda" else {}
     return Fingerprint(
-        gpuscout_version=_version("gpuscout") or "unknown",
+        gpuscout_version=package_version("gpuscout") or "unknown",
         python=platform.python_version(),
         platform=platform.platform(),
         cpu_model=cpu_model(),
@@ -57,8 +57,8 @@ def collect_fingerprint(device: str, *, disk_path: Path | None = None, region: s
 
 def library_versions() -> dict[str, str]:
     """Installed versions of the libraries that change the numbers; absent ones are left out."""
-    found = {key: _version(dist) for dist, key in LIBRARIES.items()}
-    found["gpuscout"] = _version("gpuscout")
+    found = {key: package_version(dist) for dist, key in LIBRARIES.items()}
+    found["gpuscout"] = package_version("gpuscout")
     return {k: v for k, v in found.items() if v}
 
 
@@ -72,41 +72,10 @@ def match_sku(gpu_name: str | None) -> str | None:
         return None
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (affinity/cpuset), which is what a benchmark gets."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-def ram_bytes() -> int | None:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def _disk_free(path: Path) -> int | None:
     try:
         return int(shutil.disk_usage(path).free)
     except OSError:
-        return None
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
         return None
 
 

@@ -3,31 +3,18 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from gpuscout.errors import SpecError
 from gpuscout.results.schema import SCHEMA_VERSION, BenchResult
-from gpuscout.userfile import read_user_text
+from gpuscout.userfile import read_user_text, write_atomic
 
 
 def save_result(result: BenchResult, path: Path) -> None:
-    """Write atomically: a temporary file in the same folder, flushed, then renamed over `path`."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = result.model_dump_json(indent=2)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write atomically (a partial file is never left behind, even on Ctrl-C)."""
+    write_atomic(path, result.model_dump_json(indent=2))
 
 
 def load_result(path: Path) -> BenchResult:
