@@ -137,6 +137,9 @@ class _Context:
     extras_on: bool = True
     notes: list[str] = field(default_factory=list)
     bodies: dict[tuple[int, bool], bytes] = field(default_factory=dict)
+    # Closed-loop workers' clients, kept from the warm-up into the measured phase so its
+    # connections are already open (connection setup belongs to warm-up, not to TTFT).
+    worker_clients: list[httpx.AsyncClient] = field(default_factory=list)
     done: int = 0
     total: int = 0
     progress: Progress | None = None
@@ -166,7 +169,10 @@ async def run_load(url: str, model: str, workload: WorkloadLike, shape: LoadShap
         async with httpx.AsyncClient(limits=limits, **options) as client:
             ctx = _Context(client, options, target, model, endpoint == "chat", stream, workload.prompts, timeout_s,
                            dict(extra_body or {}), secret, progress=progress)
-            lives, t0, cpu_s = await _phases(ctx, shape)
+            try:
+                lives, t0, cpu_s = await _phases(ctx, shape)
+            finally:
+                await asyncio.gather(*(c.aclose() for c in ctx.worker_clients))
     finally:
         gc.unfreeze()
     records = _records(lives, t0, workload.tokenizer)
@@ -210,22 +216,30 @@ async def _closed_loop(ctx: _Context, todo: Any, width: int, deadline: float | N
     """`width` workers; each sends its next request the moment its previous one ends."""
     done: list[_Live] = []
 
-    async def worker() -> None:
-        # One keep-alive connection per worker, in its own client: httpx's shared pool scans every
-        # connection on each request, which cost two thirds of the client's CPU at concurrency 64
-        # (cProfile, benchmarks/load_client_ceiling.py); per-worker clients doubled the rate at 16.
-        single = httpx.Limits(max_connections=1, max_keepalive_connections=1)
-        async with httpx.AsyncClient(limits=single, **ctx.client_options) as client:
-            for live in todo:  # a shared iterator: workers take the next request in turn
-                now = time.perf_counter()
-                if deadline is not None and now >= deadline:
-                    return
-                live.intended = now
-                await _send(ctx, live, client)
-                done.append(live)
+    async def worker(client: httpx.AsyncClient) -> None:
+        for live in todo:  # a shared iterator: workers take the next request in turn
+            now = time.perf_counter()
+            if deadline is not None and now >= deadline:
+                return
+            live.intended = now
+            await _send(ctx, live, client)
+            done.append(live)
 
-    await asyncio.gather(*(worker() for _ in range(width)))
+    await asyncio.gather(*(worker(client) for client in _worker_clients(ctx, width)))
     return done
+
+
+def _worker_clients(ctx: _Context, width: int) -> list[httpx.AsyncClient]:
+    """One keep-alive connection per worker, each in its own client.
+
+    httpx's shared pool scans every connection on each request, which cost two thirds of the
+    client's CPU at concurrency 64 (cProfile, benchmarks/load_client_ceiling.py); per-worker
+    clients doubled the sustained rate at 16. They live until `run_load` closes them.
+    """
+    single = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    while len(ctx.worker_clients) < width:
+        ctx.worker_clients.append(httpx.AsyncClient(limits=single, **ctx.client_options))
+    return ctx.worker_clients[:width]
 
 
 async def _open_loop(ctx: _Context, offsets: list[float], t0: float, duration_s: float | None,
