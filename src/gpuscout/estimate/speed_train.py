@@ -45,6 +45,7 @@ from gpuscout.estimate.speed_roofline import (
 )
 from gpuscout.estimate.training import PARAM_BYTES, optimizer_state_bytes, trainable_param_bytes, trainable_params
 from gpuscout.hardware.catalog import Gpu, peak_flops_per_s
+from gpuscout.workload.flops import attention_forward_flops
 from gpuscout.workload.job import FinetuneJob
 from gpuscout.workload.shape import ModelShape
 
@@ -111,23 +112,6 @@ def training_flops(job: FinetuneJob, shape: ModelShape) -> TrainFlops:
         useful = 2 * linear + 3 * attention + 2 * head + 3 * adapter
     recompute = linear + attention + adapter if job.gradient_checkpointing else 0.0
     return TrainFlops(linear, attention, head, adapter, useful + recompute, useful)
-
-
-def attention_forward_flops(shape: ModelShape, batch: int, seq: int, *, eager: bool) -> float:
-    """Σ layers 4·b·s·keys·(a·d): scores and weighted values (llm-analysis, LLM-Viewer).
-
-    Causal Flash/SDPA kernels skip blocks above the diagonal, so a query sees s/2 keys on average;
-    eager attention computes the full s × s scores and masks afterwards. A sliding window of w
-    caps the keys at w (eager still computes all of them).
-    """
-    width = shape.num_attention_heads * shape.head_dim
-    total = 0.0
-    for layout in shape.attention:
-        keys = float(seq)
-        if not eager:
-            keys = min(seq / 2, float(layout.window)) if layout.kind == "sliding" and layout.window else seq / 2
-        total += layout.count * 4.0 * batch * seq * keys * width
-    return total
 
 
 def _active_lora_params(job: FinetuneJob, shape: ModelShape) -> float:

@@ -31,6 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from gpuscout.workload.flops import attention_forward_flops
 from gpuscout.workload.job import FinetuneJob, Lora
 from gpuscout.workload.shape import ModelShape
 
@@ -88,17 +89,6 @@ def decode_layer_fraction(shape: ModelShape) -> float:
     """Weight-byte share of the layers in one decode step (active linears vs the LM head)."""
     layers = float(sum(g.active_count * g.params_each for g in shape.linears))
     return layers / (layers + shape.hidden_size * shape.vocab_size)
-
-
-def attention_forward_flops(shape: ModelShape, batch: int, seq: int, *, eager: bool) -> float:
-    width = shape.num_attention_heads * shape.head_dim
-    total = 0.0
-    for layout in shape.attention:
-        keys = float(seq)
-        if not eager:
-            keys = min(seq / 2, float(layout.window)) if layout.kind == "sliding" and layout.window else seq / 2
-        total += layout.count * 4.0 * batch * seq * keys * width
-    return total
 
 
 def scale_time(seconds: float, layer_fraction: float, built: int, full: int) -> float:

@@ -38,13 +38,10 @@ from gpuscout.measure.llm_setup import (
     bnb_4bit_config,
     build_model,
     build_optimizer,
-    built_config,
     cpu_threads_note,
-    full_depth,
     import_stack,
-    init_device,
-    preload_model_code,
     quantize_linears_nf4,
+    ready_config,
     require_bitsandbytes,
     resolve_attention,
     token_batches,
@@ -107,13 +104,7 @@ def run_finetune_case(spec: LlmCaseSpec) -> Case:
     if job.optimizer == "adamw_8bit":
         require_bitsandbytes(spec.device, "The 8-bit AdamW optimizer")
     torch = import_stack(peft=job.method != "full")
-    preload_model_code(spec.config)
-    clock.mark("imports")
-    init_device(torch, spec.device)
-    if spec.device == "cuda":
-        clock.mark("cuda_init")
-    full_layers = full_depth(spec.config)
-    config, built = built_config(spec.config, spec.settings, full_layers)
+    config, built, full_layers = ready_config(spec, torch, clock)
     attention, attention_note = resolve_attention(job.attention, spec.device)
     notes = [weights_note(spec), *([attention_note] if attention_note else []), *cpu_threads_note(torch, spec.device)]
     monitor = PeakMemoryMonitor(spec.device)

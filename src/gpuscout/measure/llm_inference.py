@@ -19,12 +19,9 @@ from gpuscout.measure.llm_bench import memory_full_depth, model_shape
 from gpuscout.measure.llm_setup import (
     LlmCaseSpec,
     build_model,
-    built_config,
     cpu_threads_note,
-    full_depth,
     import_stack,
-    init_device,
-    preload_model_code,
+    ready_config,
     token_batches,
     weights_note,
 )
@@ -45,13 +42,7 @@ def run_inference_case(spec: LlmCaseSpec) -> Case:
         raise UnsupportedHere(f"weights = '{job.weights}': the framework loop here measures fp32/bf16/fp16 weights. "
                               "Quantized serving is measured through its engine with the endpoint load test.")
     torch = import_stack()
-    preload_model_code(spec.config)
-    clock.mark("imports")
-    init_device(torch, spec.device)
-    if spec.device == "cuda":
-        clock.mark("cuda_init")
-    full_layers = full_depth(spec.config)
-    config, built = built_config(spec.config, spec.settings, full_layers)
+    config, built, full_layers = ready_config(spec, torch, clock)
     attention = "sdpa"  # inference specs name no attention kernel; sdpa is transformers' default
     notes = [weights_note(spec), *_inference_notes(job), *cpu_threads_note(torch, spec.device)]
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[job.weights]

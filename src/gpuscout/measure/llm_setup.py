@@ -296,3 +296,16 @@ def _local_tokenizer(model_dir: str | None) -> Any:
 
 def has_tokenizer(model_dir: str | None) -> bool:
     return model_dir is not None and any((Path(model_dir) / f).exists() for f in TOKENIZER_FILES)
+
+
+def ready_config(spec: Any, torch: Any, clock: Any) -> tuple[dict[str, Any], int | None, int]:
+    """The start shared by every LLM case: model code imported, device initialised (both timed as
+    startup phases), then the config to build, its depth slice (None: full) and the full depth."""
+    preload_model_code(spec.config)
+    clock.mark("imports")
+    init_device(torch, spec.device)
+    if spec.device == "cuda":
+        clock.mark("cuda_init")
+    full_layers = full_depth(spec.config)
+    config, built = built_config(spec.config, spec.settings, full_layers)
+    return config, built, full_layers
