@@ -12,7 +12,6 @@ what torch sees (CUDA_VISIBLE_DEVICES applies).
 
 from __future__ import annotations
 
-import importlib
 import os
 import platform
 import shutil
@@ -23,6 +22,7 @@ from typing import Any
 from gpuscout.errors import UnknownNameError
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.host import cpu_model, package_version, ram_bytes, usable_cores
+from gpuscout.measure.peak_memory import open_nvml
 from gpuscout.results.schema import Fingerprint
 
 # Distribution name → key in Fingerprint.libraries.
@@ -103,12 +103,10 @@ def _gpu_count() -> int:
 
 
 def _nvml_facts() -> dict[str, Any] | None:
-    try:
-        pynvml: Any = importlib.import_module("pynvml")  # nvidia-ml-py: optional, untyped
-    except ImportError:
+    pynvml = open_nvml()
+    if pynvml is None:
         return None
     try:
-        pynvml.nvmlInit()
         handle = pynvml.nvmlDeviceGetHandleByIndex(_first_visible_index())
         name = pynvml.nvmlDeviceGetName(handle)
     except Exception:  # NVMLError_* per cause (no driver, no permission): no NVML view

@@ -84,10 +84,7 @@ def run_image_case(job: ImageJob, settings: BenchSettings, device: str, case_nam
     import torch
 
     clock.mark("imports")
-    if device == "cuda":
-        torch.empty(1, device="cuda")
-        torch.cuda.synchronize()
-        clock.mark("cuda_init")
+    clock.init_cuda(torch, device)
     torch.manual_seed(settings.seed)
     monitor = PeakMemoryMonitor(device)
     with monitor:

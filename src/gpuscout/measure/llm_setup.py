@@ -90,14 +90,6 @@ def require_bitsandbytes(device: str, what: str) -> Any:
                               "pip install bitsandbytes on this GPU machine.") from None
 
 
-def init_device(torch: Any, device: str) -> None:
-    """Create the CUDA context and allocate once, so `cuda_init` is its own startup phase."""
-    if device == "cuda":
-        torch.cuda.init()
-        torch.empty(1, device="cuda")
-        torch.cuda.synchronize()
-
-
 def cpu_threads_note(torch: Any, device: str) -> list[str]:
     """CPU timings depend on the intra-op thread count, and collapse when other processes compete
     for the cores (OpenMP threads wait for descheduled peers); record the count beside the numbers."""
@@ -303,9 +295,7 @@ def ready_config(spec: Any, torch: Any, clock: Any) -> tuple[dict[str, Any], int
     startup phases), then the config to build, its depth slice (None: full) and the full depth."""
     preload_model_code(spec.config)
     clock.mark("imports")
-    init_device(torch, spec.device)
-    if spec.device == "cuda":
-        clock.mark("cuda_init")
+    clock.init_cuda(torch, spec.device)
     full_layers = full_depth(spec.config)
     config, built = built_config(spec.config, spec.settings, full_layers)
     return config, built, full_layers

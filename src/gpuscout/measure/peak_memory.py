@@ -114,12 +114,10 @@ class _NvmlSampler:
     @classmethod
     def start(cls) -> _NvmlSampler | None:
         """None when nvidia-ml-py is missing or NVML cannot be initialised (no driver)."""
-        try:
-            pynvml: Any = importlib.import_module("pynvml")  # nvidia-ml-py: optional, untyped
-        except ImportError:
+        pynvml = open_nvml()
+        if pynvml is None:
             return None
         try:
-            pynvml.nvmlInit()
             handle = nvml_handle_for_current_device(pynvml)
         except Exception:  # pynvml raises NVMLError subclasses per cause; any means "no NVML view"
             return None
@@ -146,6 +144,17 @@ class _NvmlSampler:
                     self.process_peak = max(self.process_peak or 0, int(proc.usedGpuMemory))
         except Exception:  # a failed sample (driver hiccup) is skipped, not fatal to the case
             return
+
+
+def open_nvml() -> Any | None:
+    """The initialised `pynvml` module, or None when nvidia-ml-py is missing or NVML cannot start
+    (no driver, no permission: pynvml raises an NVMLError subclass per cause)."""
+    try:
+        pynvml: Any = importlib.import_module("pynvml")  # nvidia-ml-py: optional, untyped
+        pynvml.nvmlInit()
+    except Exception:  # ImportError or any NVMLError: no NVML view
+        return None
+    return pynvml
 
 
 def nvml_handle_for_current_device(pynvml: Any) -> Any:

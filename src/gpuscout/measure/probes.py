@@ -467,10 +467,7 @@ def _start(device: str, settings: BenchSettings) -> _Run:
     import torch
 
     clock.mark("imports")
-    if device == "cuda":
-        torch.empty(1, device="cuda")
-        torch.cuda.synchronize()
-        clock.mark("cuda_init")
+    clock.init_cuda(torch, device)
     return _Run(torch, clock, PeakMemoryMonitor(device).__enter__(), start)
 
 
