@@ -11,7 +11,7 @@ import statistics
 import sys
 import time
 
-from gpuscout.estimate.memory import Job, Model, estimate_memory
+from gpuscout.estimator.memory import Job, Model, estimate_memory
 from gpuscout.hardware.catalog import load_catalog
 from gpuscout.workload.image import load_image_preset
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Lora

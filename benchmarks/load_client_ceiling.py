@@ -130,7 +130,7 @@ class GpuscoutDriver:
     def __init__(self, max_lag_ms: float, conc_budget_ms: float) -> None:
         self.max_lag_ms = max_lag_ms
         self.conc_budget_ms = conc_budget_ms
-        from gpuscout.load import client, schedule
+        from gpuscout.loadgen import client, schedule
 
         self._client = client
         self._schedule = schedule
@@ -138,7 +138,7 @@ class GpuscoutDriver:
 
     def _workload(self, n: int) -> object:
         if n not in self._workloads:
-            from gpuscout.load import workload as wl
+            from gpuscout.loadgen import workload as wl
 
             self._workloads[n] = wl.synthetic_workload(n, prompt_tokens=PROMPT_TOKENS, output_tokens=OUTPUT_TOKENS)
         return self._workloads[n]
@@ -344,7 +344,7 @@ def sustained_conc(res: ClientResult, budget_ms: float) -> int:
 def default_max_lag_ms() -> float:
     """The validity gate's send-lag threshold of `gpuscout load`, if the module exposes one."""
     with contextlib.suppress(Exception):
-        from gpuscout.load import metrics
+        from gpuscout.loadgen import metrics
 
         for name in ("DEFAULT_MAX_LAG_S", "MAX_LAG_S", "DEFAULT_MAX_SEND_LAG_S"):
             if hasattr(metrics, name):

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuscout.estimate.inference import weight_terms
-from gpuscout.estimate.speed import default_efficiency, estimate_speed
+from gpuscout.estimator.inference import weight_terms
+from gpuscout.estimator.speed import default_efficiency, estimate_speed
 from gpuscout.hardware.catalog import find_gpu, peak_flops_per_s
 from gpuscout.workload.hf_config import shape_from_hf_config
 from gpuscout.workload.job import FinetuneJob, InferenceJob

@@ -8,7 +8,7 @@ import pytest
 
 from gpuscout.cli.estimate_view import resolve_model
 from gpuscout.errors import SpecError
-from gpuscout.estimate.memory import estimate_memory
+from gpuscout.estimator.memory import estimate_memory
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.workload.job import load_job, parse_job
 

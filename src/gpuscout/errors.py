@@ -30,3 +30,7 @@ class SpecError(GpuscoutError):
 
 class MissingDependencyError(GpuscoutError):
     """An optional dependency (torch, transformers, …) that a command needs is not installed."""
+
+
+class UnsupportedHere(Exception):
+    """This case cannot run on this machine (e.g. QLoRA on a CPU); a bench records it as `unsupported`."""

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscout.estimate.fit import combined_plan, largest_fitting, limits, suggest_changes
-from gpuscout.estimate.memory import estimate_memory
-from gpuscout.estimate.screen import screen
+from gpuscout.estimator.fit import combined_plan, largest_fitting, limits, suggest_changes
+from gpuscout.estimator.memory import estimate_memory
+from gpuscout.estimator.screen import screen
 from gpuscout.hardware.catalog import find_gpu, load_catalog
 from gpuscout.workload.image import load_image_preset
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob

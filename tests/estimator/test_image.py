@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscout.estimate.breakdown import bytes_by_category
-from gpuscout.estimate.image import estimate_image_memory
+from gpuscout.estimator.breakdown import bytes_by_category
+from gpuscout.estimator.image import estimate_image_memory
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.workload.image import load_image_preset
 from gpuscout.workload.job import ImageJob

@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscout.estimate.breakdown import bytes_by_category
-from gpuscout.estimate.inference import estimate_inference_memory, kv_bytes_per_sequence, max_concurrency
+from gpuscout.estimator.breakdown import bytes_by_category
+from gpuscout.estimator.inference import estimate_inference_memory, kv_bytes_per_sequence, max_concurrency
 from gpuscout.hardware.catalog import find_gpu, usable_memory_bytes
 from gpuscout.workload.job import InferenceJob
 from gpuscout.workload.presets import load_llm_preset

@@ -7,11 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscout.errors import SpecError
-from gpuscout.estimate.efficiency import EFFICIENCY_KINDS
-from gpuscout.estimate.inference import weight_terms
-from gpuscout.estimate.speed import Efficiency, SpeedEstimate, default_efficiency, estimate_speed
-from gpuscout.estimate.speed_roofline import Rates, phase
-from gpuscout.estimate.speed_train import training_flops
+from gpuscout.estimator.efficiency import EFFICIENCY_KINDS
+from gpuscout.estimator.inference import weight_terms
+from gpuscout.estimator.speed import Efficiency, SpeedEstimate, default_efficiency, estimate_speed
+from gpuscout.estimator.speed_roofline import Rates, phase
+from gpuscout.estimator.speed_train import training_flops
 from gpuscout.hardware.catalog import Gpu, find_gpu, load_catalog
 from gpuscout.workload.hf_config import shape_from_hf_config
 from gpuscout.workload.image import load_image_preset

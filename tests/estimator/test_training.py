@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscout.estimate.breakdown import MemoryBreakdown, bytes_by_category
-from gpuscout.estimate.training import NF4_BYTES, estimate_finetune_memory
+from gpuscout.estimator.breakdown import MemoryBreakdown, bytes_by_category
+from gpuscout.estimator.training import NF4_BYTES, estimate_finetune_memory
 from gpuscout.hardware.catalog import Gpu, find_gpu
 from gpuscout.workload.job import FinetuneJob, Lora
 from gpuscout.workload.presets import load_llm_preset

@@ -1,4 +1,4 @@
-"""Fixtures: the fake OpenAI-compatible server (tests/load/fake_openai.py), in a thread or a process."""
+"""Fixtures: the fake OpenAI-compatible server (tests/loadgen/fake_openai.py), in a thread or a process."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ Raw asyncio HTTP/1.1 (keep-alive, chunked SSE), so its own overhead is tiny and 
 * `reject_extras`: answer 400 to requests carrying ignore_eos/min_tokens (servers that forbid
   unknown fields); `seen` keeps every request's body and Authorization header for the tests.
 
-Run standalone (for benchmarks): `python tests/load/fake_openai.py --ttft 0 --token-delay 0`
+Run standalone (for benchmarks): `python tests/loadgen/fake_openai.py --ttft 0 --token-delay 0`
 prints `PORT <n>` and serves until interrupted.
 """
 

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from gpuscout.errors import SpecError
-from gpuscout.load.client import endpoint_url, run_load_sync
-from gpuscout.load.metrics import summarize_load
-from gpuscout.load.schedule import LoadShape
-from gpuscout.load.workload import Prompt, Workload, synthetic_workload
+from gpuscout.loadgen.client import endpoint_url, run_load_sync
+from gpuscout.loadgen.metrics import summarize_load
+from gpuscout.loadgen.schedule import LoadShape
+from gpuscout.loadgen.workload import Prompt, Workload, synthetic_workload
 
 TTFT, DELAY, TOKENS = 0.050, 0.010, 8
 
@@ -151,7 +151,7 @@ def test_completions_and_non_streaming(fake_server: Callable[..., AbstractContex
 def test_open_loop_sends_on_its_absolute_schedule(fake_server: Callable[..., AbstractContextManager[Any]]) -> None:
     with fake_server() as srv:
         run = run_load_sync(srv.url, "m", workload(), LoadShape(kind="poisson", rate_rps=100, requests=50, seed=3))
-    from gpuscout.load.schedule import send_offsets
+    from gpuscout.loadgen.schedule import send_offsets
 
     offsets = send_offsets(run.shape, 50)
     assert [r.intended_s for r in run.records] == pytest.approx(offsets, abs=1e-9)

@@ -1,6 +1,6 @@
 """`gpuscout load` against a real serving engine on CPU: llama.cpp's OpenAI-compatible server.
 
-The test writes a tiny random-weight Llama as GGUF (tests/load/tiny_gguf.py), starts
+The test writes a tiny random-weight Llama as GGUF (tests/loadgen/tiny_gguf.py), starts
 ``python -m llama_cpp.server`` on a free 127.0.0.1 port, and drives it with gpuscout's client (API) and
 with the CLI (``gpuscout load … --json -o``). It checks what a synthetic fake cannot: that a real
 engine's SSE stream, its ``usage`` reporting and its handling of ``ignore_eos``/``min_tokens``/
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuscout.load.client import run_load_sync
-from gpuscout.load.schedule import LoadShape
-from gpuscout.load.workload import synthetic_workload
+from gpuscout.loadgen.client import run_load_sync
+from gpuscout.loadgen.schedule import LoadShape
+from gpuscout.loadgen.workload import synthetic_workload
 from gpuscout.results.store import load_result
 
 from .tiny_gguf import write_tiny_llama_gguf

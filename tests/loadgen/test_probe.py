@@ -14,7 +14,7 @@ import pytest
 
 from gpuscout.cli.probe_view import run_probe
 from gpuscout.errors import GpuscoutError, SpecError
-from gpuscout.load.probe import exchange, open_connection, parse_target, probe
+from gpuscout.loadgen.probe import exchange, open_connection, parse_target, probe
 
 DOWNLOAD_BYTES = 1024 * 1024
 UPLOAD_BYTES = 256 * 1024

@@ -6,7 +6,7 @@ from itertools import pairwise
 import pytest
 from pydantic import ValidationError
 
-from gpuscout.load.schedule import LoadShape, send_offsets
+from gpuscout.loadgen.schedule import LoadShape, send_offsets
 
 
 def test_closed_loop_has_no_schedule() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuscout.errors import SpecError
-from gpuscout.load.search import Level, search_max_load, slo_misses, sweep
+from gpuscout.loadgen.search import Level, search_max_load, slo_misses, sweep
 from gpuscout.results.schema import Case, Failure, Metric
 from gpuscout.stats import summarize
 from gpuscout.workload.job import Slo

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from gpuscout.errors import SpecError
-from gpuscout.load.workload import (
+from gpuscout.loadgen.workload import (
     Workload,
     count_tokens,
     dataset_workload,

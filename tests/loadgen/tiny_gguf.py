@@ -11,7 +11,7 @@ large negative one. So greedy or sampled decoding emits printable single-charact
 ``</s>``: the requested number of output tokens is always produced, and every streamed chunk is valid
 UTF-8 (random bytes >= 0x80 would otherwise be held back by the server as incomplete characters).
 
-Usage: ``python tests/load/tiny_gguf.py OUT.gguf`` or ``write_tiny_llama_gguf(path)``.
+Usage: ``python tests/loadgen/tiny_gguf.py OUT.gguf`` or ``write_tiny_llama_gguf(path)``.
 """
 
 from __future__ import annotations

@@ -14,15 +14,16 @@ from typing import Any
 
 import pytest
 
-from gpuscout.errors import SpecError
+from gpuscout.errors import SpecError, UnsupportedHere
 from gpuscout.measure import bench, depth
 from gpuscout.measure.bench import config_hash, run_bench, run_planned
-from gpuscout.measure.harness import BenchSettings, PlannedCase, UnsupportedHere
-from gpuscout.measure.llm_bench import plan_finetune_cases, run_finetune_case
+from gpuscout.measure.harness import BenchSettings, PlannedCase
+from gpuscout.measure.llm_finetune import plan_finetune_cases, run_finetune_case
 from gpuscout.measure.llm_inference import run_inference_case
 from gpuscout.measure.llm_setup import LlmCaseSpec, hashed_token, read_texts
 from gpuscout.results.schema import Case
 from gpuscout.results.store import load_result, save_result
+from gpuscout.workload.flops import training_flops
 from gpuscout.workload.hf_config import config_with_depth, shape_from_hf_config
 from gpuscout.workload.job import FinetuneJob, InferenceJob, load_job, parse_job
 
@@ -105,7 +106,7 @@ def test_depth_slicing_reports_measured_and_extrapolated_values() -> None:
     assert {"step_s", "step_s_full_depth", "tokens_per_s_full_depth", "job_s_full_depth"} <= set(metrics)
     assert not metrics["step_s"].extrapolated and metrics["step_s_full_depth"].extrapolated
     one_layer = shape_from_hf_config(config_with_depth(CONFIG, 1), name="x", source="x")
-    f = depth.training_step_flops(finetune(method="full", precision="fp32"), one_layer, eager=False).layer_fraction
+    f = training_flops(finetune(method="full", precision="fp32"), one_layer).layer_fraction
     assert metrics["step_s_full_depth"].samples[0] == pytest.approx(metrics["step_s"].samples[0] * (1 - f + 2 * f))
     assert case.peak_memory.extrapolated_allocated_bytes is not None
 

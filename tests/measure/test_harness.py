@@ -7,10 +7,10 @@ import time
 
 import pytest
 
+from gpuscout.errors import UnsupportedHere
 from gpuscout.measure.harness import (
     BenchSettings,
     PlannedCase,
-    UnsupportedHere,
     classify_failure,
     derived_metric,
     run_isolated,

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from gpuscout.errors import SpecError
-from gpuscout.measure.harness import BenchSettings, UnsupportedHere, classify_failure, run_isolated
+from gpuscout.errors import SpecError, UnsupportedHere
+from gpuscout.measure.harness import BenchSettings, classify_failure, run_isolated
 from gpuscout.measure.image_bench import (
     measures_text_encoders,
     passes_per_step,

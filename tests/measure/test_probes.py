@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from gpuscout.errors import UnsupportedHere
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.measure import probes
-from gpuscout.measure.harness import BenchSettings, UnsupportedHere, classify_failure, run_isolated
+from gpuscout.measure.harness import BenchSettings, classify_failure, run_isolated
 from gpuscout.measure.probes import (
     CHECKPOINT_CPU_CAP_BYTES,
     CHECKPOINT_DEFAULT_BYTES,

@@ -17,9 +17,9 @@ import sys
 import pytest
 
 from gpuscout.errors import GpuscoutError, MissingDependencyError, SpecError, UnknownNameError
-from gpuscout.estimate.image import estimate_image_memory
+from gpuscout.estimator.image import estimate_image_memory
 from gpuscout.hardware.catalog import find_gpu
-from gpuscout.measure.image_trace import ImageTraceResult, trace_image_step
+from gpuscout.trace.image import ImageTraceResult, trace_image_step
 from gpuscout.workload.image import load_image_preset
 from gpuscout.workload.job import ImageJob
 
@@ -112,7 +112,7 @@ def test_missing_diffusers_is_a_dependency_error(monkeypatch: pytest.MonkeyPatch
 
 
 def test_ops_fake_tensors_cannot_run_become_user_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuscout.measure import image_trace
+    from gpuscout.trace import image as image_trace
 
     def fail(model: object) -> None:
         raise RuntimeError("aten._local_scalar_dense.default: data-dependent")
@@ -130,7 +130,7 @@ def test_result_is_frozen() -> None:
 
 
 def test_importing_image_trace_does_not_import_torch() -> None:
-    code = "import sys, gpuscout.measure.image_trace; print(sorted({'torch', 'diffusers'} & set(sys.modules)))"
+    code = "import sys, gpuscout.trace.image; print(sorted({'torch', 'diffusers'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from gpuscout.estimate.breakdown import MemoryBreakdown, bytes_by_category
-from gpuscout.estimate.inference import estimate_inference_memory
-from gpuscout.estimate.training import estimate_finetune_memory
+from gpuscout.estimator.breakdown import MemoryBreakdown, bytes_by_category
+from gpuscout.estimator.inference import estimate_inference_memory
+from gpuscout.estimator.training import estimate_finetune_memory
 from gpuscout.hardware.catalog import find_gpu
-from gpuscout.measure.trace import trace_finetune_step, trace_inference_step
+from gpuscout.trace.llm import trace_finetune_step, trace_inference_step
 from gpuscout.workload.hf_config import shape_from_hf_config
 from gpuscout.workload.job import FinetuneJob, InferenceJob, Lora
 

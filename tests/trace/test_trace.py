@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from gpuscout.errors import GpuscoutError, MissingDependencyError, SpecError
-from gpuscout.measure.trace import CATEGORIES, TraceResult, trace_finetune_step, trace_inference_step
+from gpuscout.trace.llm import CATEGORIES, TraceResult, trace_finetune_step, trace_inference_step
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -165,12 +165,12 @@ def test_mixture_of_experts_traces_in_pure_bf16() -> None:
 
 
 def test_ops_fake_tensors_cannot_run_become_user_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    from gpuscout.measure import trace
+    from gpuscout.trace import llm as trace
 
     def fail(model: object) -> None:
         raise RuntimeError("aten._local_scalar_dense.default: data-dependent")
 
-    monkeypatch.setattr(trace, "_materialize_fake", fail)
+    monkeypatch.setattr(trace, "materialize_fake", fail)
     with pytest.raises(GpuscoutError) as info:
         trace_inference_step(TINY_LLAMA, batch=1, prompt_tokens=8, weight_dtype="fp32")
     assert "data-dependent" in info.value.why
@@ -195,6 +195,6 @@ def test_result_is_frozen() -> None:
 
 
 def test_importing_trace_does_not_import_torch() -> None:
-    code = "import sys, gpuscout.measure.trace; print(sorted({'torch', 'transformers', 'peft'} & set(sys.modules)))"
+    code = "import sys, gpuscout.trace.llm; print(sorted({'torch', 'transformers', 'peft'} & set(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

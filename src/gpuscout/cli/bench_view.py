@@ -221,8 +221,8 @@ def _estimate_parts(job: Any, model: Any, result: BenchResult) -> list[Renderabl
         return []
     if sku is None:
         return [Text("No estimate beside: this GPU matched no catalog SKU.", style="dim")]
-    from gpuscout.estimate.memory import estimate_memory
-    from gpuscout.estimate.speed import estimate_speed
+    from gpuscout.estimator.memory import estimate_memory
+    from gpuscout.estimator.speed import estimate_speed
     from gpuscout.hardware.catalog import find_gpu
 
     try:

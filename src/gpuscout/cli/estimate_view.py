@@ -11,14 +11,14 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from gpuscout.errors import GpuscoutError
-from gpuscout.estimate.memory import Job, Model, estimate_memory
-from gpuscout.estimate.params import lora_targets
-from gpuscout.estimate.screen import screen
-from gpuscout.estimate.validate import validate_llm_job
+from gpuscout.estimator.memory import Job, Model, estimate_memory
+from gpuscout.estimator.screen import screen
+from gpuscout.estimator.validate import validate_llm_job
 from gpuscout.hardware.catalog import Gpu, find_gpu, load_catalog
 from gpuscout.report.console import screening_table, trace_table, verdict_detail
 from gpuscout.workload.hf_config import config_with_depth, shape_from_hf_config
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, load_job, parse_job
+from gpuscout.workload.lora import lora_target_names
 from gpuscout.workload.resolve import llm_config, resolve_image, resolve_llm
 from gpuscout.workload.shape import ModelShape
 
@@ -92,7 +92,7 @@ def _as_traced(job: FinetuneJob | InferenceJob) -> FinetuneJob | InferenceJob:
 
 
 def run_trace(job: FinetuneJob | InferenceJob, model: ModelShape, config: dict[str, Any]) -> Any:
-    from gpuscout.measure.trace import trace_finetune_step, trace_inference_step
+    from gpuscout.trace.llm import trace_finetune_step, trace_inference_step
 
     if isinstance(job, FinetuneJob):
         return trace_finetune_step(
@@ -108,7 +108,7 @@ def _trace_targets(job: FinetuneJob, model: ModelShape) -> tuple[str, ...]:
     """The leaf module names the analytic estimate adapts, so both sides adapt the same layers."""
     if job.method == "full":
         return ()
-    return tuple(sorted({g.name.rsplit(".", 1)[-1] for g in lora_targets(model, job.lora)}))
+    return lora_target_names(model, job.lora)
 
 
 def trace_categories(peaks: dict[str, int]) -> dict[str, int]:

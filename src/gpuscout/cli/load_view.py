@@ -33,7 +33,7 @@ def run_load_command(url: str, *, model: str, endpoint: str, stream: bool, concu
                      ttft_p95: float | None, tpot_p95: float | None, e2e_p95: float | None, percentile: float,
                      offers: Path | None, offer: str | None, usd_per_hour: float | None,
                      output: Path | None) -> tuple[dict[str, Any], RenderableType]:
-    from gpuscout.load.client import endpoint_url
+    from gpuscout.loadgen.client import endpoint_url
     from gpuscout.workload.job import Slo
 
     if endpoint not in ("chat", "completions"):
@@ -55,7 +55,7 @@ def run_load_command(url: str, *, model: str, endpoint: str, stream: bool, concu
     cases, shapes, search_payload = _measure(url, model, workload, make_shape, level, endpoint=endpoint, stream=stream,
                                              api_key_env=api_key_env, timeout_s=timeout_s, slo=slo,
                                              percentile=percentile, sweep=sweep, search=search)
-    from gpuscout.load.run import build_result
+    from gpuscout.loadgen.run import build_result
 
     result = build_result(url=_clean_url(url, endpoint), model=model, workload=workload, workload_hash=workload_hash,
                           cases=cases, shapes=shapes, endpoint=endpoint,  # type: ignore[arg-type]
@@ -77,7 +77,7 @@ def run_load_command(url: str, *, model: str, endpoint: str, stream: bool, concu
 def _measure(url: str, model: str, workload: Any, make_shape: Any, level: float | None, *, endpoint: str,
              stream: bool, api_key_env: str | None, timeout_s: float, slo: Any, percentile: float, sweep: str | None,
              search: bool) -> tuple[list[Case], list[Any], dict[str, Any] | None]:
-    from gpuscout.load.run import measure_case
+    from gpuscout.loadgen.run import measure_case
 
     shapes: list[Any] = []
 
@@ -114,7 +114,7 @@ class _ShapeFactory:
         self.fields = fields
 
     def __call__(self, level: float) -> Any:
-        from gpuscout.load.schedule import LoadShape
+        from gpuscout.loadgen.schedule import LoadShape
 
         key = {"concurrency": int(level)} if self.closed else {"rate_rps": float(level)}
         try:
@@ -151,10 +151,10 @@ def _levels(text: str, *, integer: bool) -> list[float]:
 
 def _search_module() -> Any:
     try:
-        from gpuscout.load import search
+        from gpuscout.loadgen import search
     except ImportError:
         raise SpecError("Sweeps and SLO search are not available in this build.",
-                        "gpuscout.load.search is missing.", "Run single levels, or update gpuscout.") from None
+                        "gpuscout.loadgen.search is missing.", "Run single levels, or update gpuscout.") from None
     return search
 
 
@@ -168,7 +168,7 @@ def _duration(text: str | None) -> float | None:
 
 def _workload(n: int, *, dataset: Path | None, prompt_tokens: int, prompt_dist: str, prompt_spread: int,
               output_tokens: int, tokenizer: str | None, seed: int) -> Any:
-    from gpuscout.load.workload import dataset_workload, synthetic_workload
+    from gpuscout.loadgen.workload import dataset_workload, synthetic_workload
 
     if dataset is not None:
         return dataset_workload(dataset, n=None, output_tokens=output_tokens, tokenizer_path=tokenizer, seed=seed)
@@ -183,8 +183,8 @@ def _workload(n: int, *, dataset: Path | None, prompt_tokens: int, prompt_dist: 
 def _save_workload(workload: Any, output: Path | None) -> str | None:
     if output is None:
         return None
-    from gpuscout.load.run import file_sha256
-    from gpuscout.load.workload import save_workload
+    from gpuscout.loadgen.run import file_sha256
+    from gpuscout.loadgen.workload import save_workload
 
     path = workload_path(output)
     save_workload(workload, path)
@@ -196,7 +196,7 @@ def workload_path(output: Path) -> Path:
 
 
 def _clean_url(url: str, endpoint: str) -> str:
-    from gpuscout.load.client import endpoint_url
+    from gpuscout.loadgen.client import endpoint_url
 
     return endpoint_url(url, endpoint)  # type: ignore[arg-type]
 

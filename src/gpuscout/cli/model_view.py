@@ -7,8 +7,8 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.table import Table
 
-from gpuscout.estimate.breakdown import total_bytes
-from gpuscout.estimate.inference import kv_bytes_per_sequence, weight_terms
+from gpuscout.estimator.breakdown import total_bytes
+from gpuscout.estimator.inference import kv_bytes_per_sequence, weight_terms
 from gpuscout.report.console import image_model_table, model_table, weights_table
 from gpuscout.workload.image import ImageModelShape, image_preset_ids
 from gpuscout.workload.job import InferenceJob

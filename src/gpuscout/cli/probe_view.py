@@ -9,7 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpuscout.load.probe import DEFAULT_UPLOAD_BYTES, ProbeMeasure, ProbeResult, probe
+from gpuscout.loadgen.probe import DEFAULT_UPLOAD_BYTES, ProbeMeasure, ProbeResult, probe
 
 
 def run_probe(url: str, *, repeats: int = 10, download_url: str | None = None, upload_url: str | None = None,

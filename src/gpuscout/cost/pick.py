@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict
 
 from gpuscout.cost.billing import CostOptions, JobCost, price_job
 from gpuscout.errors import SpecError
-from gpuscout.estimate.memory import Job, Model, estimate_memory
-from gpuscout.estimate.speed import SpeedEstimate, estimate_speed
+from gpuscout.estimator.memory import Job, Model, estimate_memory
+from gpuscout.estimator.speed import SpeedEstimate, estimate_speed
 from gpuscout.hardware.catalog import Gpu, find_gpu
 from gpuscout.hardware.offers import ExchangeRate, Offer, to_usd
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob

@@ -72,7 +72,7 @@ def _matching_overrides(overrides: list[Mapping[str, Any]], gpu: Gpu, kind: str)
 @functools.cache
 def _table() -> Mapping[str, Any]:
     """efficiency.toml, parsed and checked once (a malformed bundled file is a bug: ValueError)."""
-    text = resources.files("gpuscout.estimate").joinpath("efficiency.toml").read_text(encoding="utf-8")
+    text = resources.files("gpuscout.estimator").joinpath("efficiency.toml").read_text(encoding="utf-8")
     document = tomllib.loads(text)
     defaults = {row["kind"]: row for row in document["default"]}
     if set(defaults) != set(EFFICIENCY_KINDS):

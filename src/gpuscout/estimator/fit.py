@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from gpuscout.estimate.breakdown import MemoryBreakdown
-from gpuscout.estimate.memory import Job, Model, estimate_memory
+from gpuscout.estimator.breakdown import MemoryBreakdown
+from gpuscout.estimator.memory import Job, Model, estimate_memory
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
 

@@ -19,7 +19,7 @@ tensors alive at once:
 
 Calibration. The fitted coefficients (UNET_FF_LIVE, DIT_BLOCK_LIVE, DIT_MATH_SCORE_COPIES,
 VAE_LIVE_TENSORS) come from FakeTensor + MemTracker traces of the real diffusers models
-(`gpuscout.measure.image_trace`; torch 2.13, diffusers 0.42.1, CPU kernels). Traced peaks beyond
+(`gpuscout.trace.image`; torch 2.13, diffusers 0.42.1, CPU kernels). Traced peaks beyond
 the weights (whole denoiser batch B; one image decoded), and what the coefficients imply:
 
 | case (fp16; FLUX bf16)      | denoiser traced | fitted coefficient            | VAE decode traced |
@@ -37,7 +37,7 @@ calibration the model gave 0.67× (sd15), 0.71× (sdxl) and 1.62× (flux, which 
 batch for guidance) of the traced denoiser peaks, and 3.0× the VAE peaks (18 tensors, the sd2R
 fit of one real FLUX OOM, reference/estimators.md §2.8). The trace excludes GPU-only memory —
 cuDNN convolution workspaces and allocator fragmentation, which the sd2R observation included —
-so a real decode can run above 6 tensors; tests/measure/test_image_trace.py holds the ±25%
+so a real decode can run above 6 tensors; tests/trace/test_image_trace.py holds the ±25%
 agreement with the trace.
 (†) With eager attention the VAE's mid-block attention (one head over all latent pixels) also
 materializes N² scores, which this model does not count (it matters from about 1024²).
@@ -49,9 +49,9 @@ so FluxPipeline runs one pass and feeds the guidance scale as an embedding.
 
 from __future__ import annotations
 
-from gpuscout.estimate import overhead
-from gpuscout.estimate.breakdown import MemoryBreakdown, MemoryTerm, term, total_bytes
-from gpuscout.estimate.validate import validate_image_job
+from gpuscout.estimator import overhead
+from gpuscout.estimator.breakdown import MemoryBreakdown, MemoryTerm, term, total_bytes
+from gpuscout.estimator.validate import validate_image_job
 from gpuscout.hardware.catalog import Gpu, usable_memory_bytes
 from gpuscout.workload.image import ImageComponent, ImageModelShape
 from gpuscout.workload.job import ImageJob

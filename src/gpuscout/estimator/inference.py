@@ -10,10 +10,10 @@ Two engines:
 
 from __future__ import annotations
 
-from gpuscout.estimate import overhead
-from gpuscout.estimate.activations import moe_layer_count, shared_expert_width
-from gpuscout.estimate.breakdown import MemoryBreakdown, MemoryTerm, term, total_bytes
-from gpuscout.estimate.params import linear_params, nonlinear_params
+from gpuscout.estimator import overhead
+from gpuscout.estimator.activations import moe_layer_count, shared_expert_width
+from gpuscout.estimator.breakdown import MemoryBreakdown, MemoryTerm, term, total_bytes
+from gpuscout.estimator.params import linear_params, nonlinear_params
 from gpuscout.hardware.catalog import Gpu, usable_memory_bytes
 from gpuscout.workload.job import InferenceJob
 from gpuscout.workload.shape import DTYPE_BYTES, AttentionLayout, ModelShape

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from gpuscout.errors import SpecError
-from gpuscout.estimate.breakdown import MemoryBreakdown
-from gpuscout.estimate.image import estimate_image_memory
-from gpuscout.estimate.inference import estimate_inference_memory
-from gpuscout.estimate.training import estimate_finetune_memory
+from gpuscout.estimator.breakdown import MemoryBreakdown
+from gpuscout.estimator.image import estimate_image_memory
+from gpuscout.estimator.inference import estimate_inference_memory
+from gpuscout.estimator.training import estimate_finetune_memory
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.image import ImageModelShape
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.errors import GpuscoutError
-from gpuscout.estimate.breakdown import MemoryBreakdown
-from gpuscout.estimate.fit import (
+from gpuscout.estimator.breakdown import MemoryBreakdown
+from gpuscout.estimator.fit import (
     Limits,
     Suggestion,
     combined_plan,
@@ -16,8 +16,8 @@ from gpuscout.estimate.fit import (
     limits,
     suggest_changes,
 )
-from gpuscout.estimate.memory import Job, Model, estimate_memory
-from gpuscout.estimate.speed import SpeedEstimate, estimate_speed
+from gpuscout.estimator.memory import Job, Model, estimate_memory
+from gpuscout.estimator.speed import SpeedEstimate, estimate_speed
 from gpuscout.hardware.catalog import Gpu
 
 

@@ -11,12 +11,12 @@ communication) of the phase that dominates. Each phase is a roofline over its FL
 
 from __future__ import annotations
 
-from gpuscout.estimate.efficiency import Efficiency, default_efficiency
-from gpuscout.estimate.memory import Job, Model, kind_mismatch
-from gpuscout.estimate.speed_image import estimate_image_speed
-from gpuscout.estimate.speed_roofline import Bound, PhaseTime, SpeedEstimate
-from gpuscout.estimate.speed_serve import estimate_inference_speed
-from gpuscout.estimate.speed_train import estimate_finetune_speed
+from gpuscout.estimator.efficiency import Efficiency, default_efficiency
+from gpuscout.estimator.memory import Job, Model, kind_mismatch
+from gpuscout.estimator.speed_image import estimate_image_speed
+from gpuscout.estimator.speed_roofline import Bound, PhaseTime, SpeedEstimate
+from gpuscout.estimator.speed_serve import estimate_inference_speed
+from gpuscout.estimator.speed_train import estimate_finetune_speed
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.image import ImageModelShape
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob

@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpuscout.estimate.efficiency import Efficiency, default_efficiency
-from gpuscout.estimate.image import component_dtype
-from gpuscout.estimate.speed_roofline import PhaseTime, Rates, SpeedEstimate, banded, dominant, gib, phase, tflop
+from gpuscout.estimator.efficiency import Efficiency, default_efficiency
+from gpuscout.estimator.image import component_dtype
+from gpuscout.estimator.speed_roofline import PhaseTime, Rates, SpeedEstimate, banded, dominant, gib, phase, tflop
 from gpuscout.hardware.catalog import Gpu, peak_flops_per_s
 from gpuscout.workload.image import ImageComponent, ImageModelShape
 from gpuscout.workload.job import ImageJob

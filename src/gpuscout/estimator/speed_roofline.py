@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.errors import SpecError
-from gpuscout.estimate.efficiency import Efficiency
+from gpuscout.estimator.efficiency import Efficiency
 from gpuscout.hardware.catalog import Gpu
 
 Bound = Literal["compute", "memory", "communication"]

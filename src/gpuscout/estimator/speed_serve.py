@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import math
 
-from gpuscout.estimate.efficiency import Efficiency, default_efficiency
-from gpuscout.estimate.inference import kv_bytes_per_sequence, weight_terms
-from gpuscout.estimate.speed_roofline import (
+from gpuscout.estimator.efficiency import Efficiency, default_efficiency
+from gpuscout.estimator.inference import kv_bytes_per_sequence, weight_terms
+from gpuscout.estimator.speed_roofline import (
     PhaseTime,
     Rates,
     SpeedEstimate,

@@ -1,18 +1,7 @@
 """Time of a fine-tuning job: full, LoRA or QLoRA, data- and tensor-parallel.
 
-FLOPs per micro-batch of T = b·s tokens (forward pass first, then multiples of it):
-
-    linears    2 · T · Σ active linear params            (Kaplan et al. 2020 §2.1: 2N per token)
-    attention  4 · b · s · keys · (a·d) per layer         (QKᵀ and AV; llm-analysis 4·b·s²·h);
-               keys = s/2 with causal Flash/SDPA kernels that skip the masked half, s with eager
-    LM head    2 · T · h · V
-
-    full FT    3 × forward  (backward = 2 × forward: input and weight grads; Narayanan et al. 2021,
-                             so ≈ 6 · P · T in all)
-    LoRA/QLoRA 2 × linears + 3 × attention + 2 × LM head + 3 × adapters
-               (forward 2P, input grads 2P, no weight grads for frozen weights ≈ 4P per token;
-               reference/estimators.md §5.9, "my derivation")
-    checkpointing  + one more forward of the decoder layers (≈ +2P, i.e. +1/3 of 6P)
+FLOPs per micro-batch come from `workload.flops.training_flops` (the rules are written there;
+the bench uses the same function for achieved TFLOP/s and MFU).
 
 The optimizer step is memory-bound over parameter, gradient and state bytes. QLoRA adds a
 memory-bound NF4 dequantization before every use of a frozen weight. Data parallelism adds a
@@ -23,13 +12,12 @@ tensor parallelism adds activation all-reduces inside every layer (Megatron: 2 f
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from gpuscout.errors import SpecError
-from gpuscout.estimate.activations import layer_activation_bytes_per_token
-from gpuscout.estimate.efficiency import Efficiency, default_efficiency
-from gpuscout.estimate.params import linear_params, lora_targets
-from gpuscout.estimate.speed_roofline import (
+from gpuscout.estimator.activations import layer_activation_bytes_per_token
+from gpuscout.estimator.efficiency import Efficiency, default_efficiency
+from gpuscout.estimator.params import linear_params
+from gpuscout.estimator.speed_roofline import (
     Bound,
     PhaseTime,
     Rates,
@@ -43,9 +31,9 @@ from gpuscout.estimate.speed_roofline import (
     ring_gather_bytes,
     tflop,
 )
-from gpuscout.estimate.training import PARAM_BYTES, optimizer_state_bytes, trainable_param_bytes, trainable_params
+from gpuscout.estimator.training import PARAM_BYTES, optimizer_state_bytes, trainable_param_bytes, trainable_params
 from gpuscout.hardware.catalog import Gpu, peak_flops_per_s
-from gpuscout.workload.flops import attention_forward_flops
+from gpuscout.workload.flops import TrainFlops, training_flops
 from gpuscout.workload.job import FinetuneJob
 from gpuscout.workload.shape import ModelShape
 
@@ -60,18 +48,6 @@ NF4_DEQUANT_BYTES = 0.5 + 2 + 2
 # Megatron tensor parallelism: 2 all-reduces of the b·s·h activations in the forward of every
 # layer (after attention and after the MLP) and 2 in the backward (Shoeybi et al. 2019, §3).
 TP_ALL_REDUCES_PER_LAYER = 4
-
-
-@dataclass(frozen=True)
-class TrainFlops:
-    """FLOPs of one micro-batch over the whole model (before tensor-parallel splitting)."""
-
-    linear_fwd: float
-    attention_fwd: float
-    head_fwd: float
-    adapter_fwd: float
-    total: float  # what the GPU executes, recompute included
-    useful: float  # without recompute: the numerator of MFU
 
 
 def estimate_finetune_speed(
@@ -97,27 +73,6 @@ def estimate_finetune_speed(
     phases.append((optimizer_phase(job, shape, tp, dp, host if job.optimizer_offload else rates, eff), 1.0))
     phases += [(p, 1.0) for p in communication_phases(job, shape, tp, dp, rates, eff)]
     return _summarise(job, gpu, n, dp, flops, [p for p, _ in phases], eff, rates, dominant(phases))
-
-
-def training_flops(job: FinetuneJob, shape: ModelShape) -> TrainFlops:
-    tokens = job.micro_batch * job.seq_len
-    linear = 2.0 * tokens * sum(g.active_count * g.params_each for g in shape.linears)
-    attention = attention_forward_flops(shape, job.micro_batch, job.seq_len, eager=job.attention == "eager")
-    head = 2.0 * tokens * shape.hidden_size * shape.vocab_size
-    if job.method == "full":
-        adapter = 0.0
-        useful = 3 * (linear + attention + head)
-    else:
-        adapter = 2.0 * tokens * _active_lora_params(job, shape)
-        useful = 2 * linear + 3 * attention + 2 * head + 3 * adapter
-    recompute = linear + attention + adapter if job.gradient_checkpointing else 0.0
-    return TrainFlops(linear, attention, head, adapter, useful + recompute, useful)
-
-
-def _active_lora_params(job: FinetuneJob, shape: ModelShape) -> float:
-    """Adapter params a token passes through (routed-expert adapters only for the top-k)."""
-    targets = lora_targets(shape, job.lora)
-    return float(sum(g.active_count * job.lora.rank * (g.in_features + g.out_features) for g in targets))
 
 
 def training_step_phase(

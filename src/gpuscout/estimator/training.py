@@ -17,20 +17,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuscout.estimate import activations as act
-from gpuscout.estimate import overhead
-from gpuscout.estimate.breakdown import MemoryBreakdown, MemoryTerm, term, total_bytes
-from gpuscout.estimate.params import (
+from gpuscout.estimator import activations as act
+from gpuscout.estimator import overhead
+from gpuscout.estimator.breakdown import MemoryBreakdown, MemoryTerm, term, total_bytes
+from gpuscout.estimator.params import (
     factored_state_elements,
     largest_linear_params,
     layer_params,
     linear_params,
-    lora_params,
-    lora_targets,
     nonlinear_params,
 )
 from gpuscout.hardware.catalog import Gpu, usable_memory_bytes
 from gpuscout.workload.job import FinetuneJob
+from gpuscout.workload.lora import lora_adapter_params, lora_targets
 from gpuscout.workload.shape import LinearGroup, ModelShape
 
 # Bytes of a parameter (and of its gradient) under each precision recipe. Mixed recipes keep
@@ -100,7 +99,7 @@ def estimate_finetune_memory(
 
 
 def trainable_params(job: FinetuneJob, shape: ModelShape) -> int:
-    return shape.params_total if job.method == "full" else lora_params(shape, job.lora)
+    return shape.params_total if job.method == "full" else lora_adapter_params(shape, job.lora)
 
 
 def model_state_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
@@ -134,7 +133,7 @@ def weight_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[Me
         b = PARAM_BYTES[job.precision]
         return [term("weights", "weights", p * b / div, f"{p:,} params × {b} B / {div}")]
     base = _base_weight_terms(job, shape, div)
-    adapters = lora_params(shape, job.lora)
+    adapters = lora_adapter_params(shape, job.lora)
     ab = adapter_bytes(job)
     base.append(term("LoRA adapters", "weights", adapters * ab / layout.tp,
                      f"{adapters:,} adapter params (rank {job.lora.rank} × (d_in + d_out)) × {ab} B"))

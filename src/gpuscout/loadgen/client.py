@@ -27,8 +27,8 @@ import httpx
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.errors import SpecError
-from gpuscout.load.schedule import LoadShape, planned_requests, send_offsets
-from gpuscout.load.sse import MalformedSseError, parse_line, parse_object, split_lines
+from gpuscout.loadgen.schedule import LoadShape, planned_requests, send_offsets
+from gpuscout.loadgen.sse import MalformedSseError, parse_line, parse_object, split_lines
 
 Endpoint = Literal["chat", "completions"]
 Progress = Callable[[int, int], None]
@@ -404,7 +404,7 @@ def _token_counter(tokenizer: str | None) -> Callable[[str], int | None] | None:
     if tokenizer is None:
         return None
     try:
-        from gpuscout.load.workload import count_tokens  # type: ignore[import-not-found,unused-ignore]
+        from gpuscout.loadgen.workload import count_tokens  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return None
 

@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from statistics import fmean
 
-from gpuscout.load.client import LoadRun, RequestRecord
+from gpuscout.loadgen.client import LoadRun, RequestRecord
 from gpuscout.results.schema import Case, Metric
 from gpuscout.stats import percentile, summarize
 from gpuscout.workload.job import Slo

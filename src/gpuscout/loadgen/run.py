@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuscout.host import cpu_model, package_version, ram_bytes, usable_cores
-from gpuscout.load.client import Endpoint, LoadRun, Progress, run_load_sync
-from gpuscout.load.metrics import summarize_load
-from gpuscout.load.schedule import LoadShape
-from gpuscout.load.workload import Workload
+from gpuscout.loadgen.client import Endpoint, LoadRun, Progress, run_load_sync
+from gpuscout.loadgen.metrics import summarize_load
+from gpuscout.loadgen.schedule import LoadShape
+from gpuscout.loadgen.workload import Workload
 from gpuscout.results.schema import BenchResult, Case, Fingerprint, FixedVariables
 from gpuscout.workload.job import Slo
 

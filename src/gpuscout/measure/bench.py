@@ -31,16 +31,11 @@ from typing import Any
 from gpuscout.errors import GpuscoutError, MissingDependencyError
 from gpuscout.measure.fingerprint import collect_fingerprint
 from gpuscout.measure.harness import BenchSettings, PlannedCase, failed_case, resolve_device, run_isolated
-from gpuscout.measure.llm_bench import (
-    FINETUNE_UNIT_NOTE,
-    FRAMEWORK_LOOP_NOTE,
-    concurrency_levels,
-    plan_finetune_cases,
-    plan_inference_cases,
-)
-from gpuscout.measure.llm_setup import LlmCaseSpec, full_depth
+from gpuscout.measure.llm_finetune import FINETUNE_UNIT_NOTE, plan_finetune_cases
+from gpuscout.measure.llm_inference import FRAMEWORK_LOOP_NOTE, concurrency_levels, plan_inference_cases
+from gpuscout.measure.llm_setup import LlmCaseSpec
 from gpuscout.results.schema import BenchResult, Case, FixedVariables, ResultKind, Scalar
-from gpuscout.workload.hf_config import shape_from_hf_config
+from gpuscout.workload.hf_config import config_depth, shape_from_hf_config
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
 from gpuscout.workload.resolve import llm_config, resolve_image
 from gpuscout.workload.shape import DTYPE_BYTES
@@ -185,7 +180,7 @@ def file_hash(path: Path) -> str:
 
 def fixed_variables(job: Job | None, model: _ModelRef, settings: BenchSettings, *, probe: bool) -> FixedVariables:
     layers = settings.layers
-    if isinstance(job, FinetuneJob | InferenceJob) and layers is not None and layers >= full_depth(model.config):
+    if isinstance(job, FinetuneJob | InferenceJob) and layers is not None and layers >= config_depth(model.config):
         layers = None  # asked for at least the full depth: nothing was sliced
     data = settings.dataset or "synthetic"
     return FixedVariables(

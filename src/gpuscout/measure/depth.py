@@ -1,16 +1,7 @@
-"""FLOPs of a measured step, and depth-slicing extrapolation from K built layers to all L.
+"""Depth slicing: extrapolating a step measured on K built decoder layers to all L layers.
 
-FLOPs per micro-batch of T = b·s tokens — the same formulas as gpuscout's speed model
-(`estimate/speed_train.py`; restated here because `measure` may not import `estimate`):
-
-    linears    2 · T · Σ active linear params of the decoder layers   (Kaplan et al. 2020 §2.1)
-    attention  Σ layers 4 · b · s · keys · (heads · head_dim); keys = s/2 for causal SDPA/Flash
-               kernels that skip the masked half (sliding window: min(s/2, w)), s for eager
-    LM head    2 · T · hidden · vocab
-    full FT    3 × forward (backward = 2 × forward; ≈ 6·P·T, Narayanan et al. 2021)
-    LoRA/QLoRA 2 × linears + 3 × attention + 2 × head + 3 × adapters (frozen weights get no weight
-               gradient; adapters 2 · T · Σ r·(d_in + d_out))
-    checkpointing  + one more forward of the layers (recompute; counted in hardware FLOPs, not in MFU)
+Training FLOPs per micro-batch come from `workload.flops.training_flops`, the function gpuscout's
+speed model uses too.
 
 Depth slicing builds K of the model's L decoder layers. Everything per layer scales by L/K, the
 rest (embeddings, final norm, LM head) does not:
@@ -28,53 +19,14 @@ rest (embeddings, final norm, LM head) does not:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
+from gpuscout.measure.peak_memory import PeakMemoryMonitor
 from gpuscout.workload.flops import attention_forward_flops
-from gpuscout.workload.job import FinetuneJob, Lora
 from gpuscout.workload.shape import ModelShape
 
 # Parameter names inside decoder layer N: model.layers.N. (Llama, Qwen, Mistral …), transformer.h.N. (GPT-2, Falcon).
 LAYER_PARAM = re.compile(r"(^|\.)(layers|h|blocks)\.\d+\.")
-
-
-@dataclass(frozen=True)
-class StepFlops:
-    total: float  # what the device executes, recompute included (achieved TFLOP/s)
-    useful: float  # without recompute (the numerator of MFU)
-    layer_fraction: float  # share of `total` inside the decoder layers (for depth extrapolation)
-    formula: str
-
-
-def lora_target_names(shape: ModelShape, lora: Lora) -> tuple[str, ...]:
-    """Leaf module names LoRA adapts; "all-linear" = every non-expert linear (peft's shorthand)."""
-    if lora.target_modules == "all-linear":
-        return tuple(sorted({_leaf(g.name) for g in shape.linears if not g.expert}))
-    return tuple(lora.target_modules)
-
-
-def training_step_flops(job: FinetuneJob, shape: ModelShape, *, eager: bool) -> StepFlops:
-    tokens = job.micro_batch * job.seq_len
-    linear = 2.0 * tokens * sum(g.active_count * g.params_each for g in shape.linears)
-    attention = attention_forward_flops(shape, job.micro_batch, job.seq_len, eager=eager)
-    head = 2.0 * tokens * shape.hidden_size * shape.vocab_size
-    if job.method == "full":
-        adapter, head_part = 0.0, 3 * head
-        useful = 3 * (linear + attention + head)
-        rule = "3 × (linears + attention + LM head)"
-    else:
-        wanted = set(lora_target_names(shape, job.lora))
-        adapted = sum(g.active_count * job.lora.rank * (g.in_features + g.out_features)
-                      for g in shape.linears if _leaf(g.name) in wanted or g.name in wanted)
-        adapter, head_part = 2.0 * tokens * adapted, 2 * head
-        useful = 2 * linear + 3 * attention + 2 * head + 3 * adapter
-        rule = "2 × linears + 3 × attention + 2 × LM head + 3 × adapters"
-    recompute = linear + attention + adapter if job.gradient_checkpointing else 0.0
-    total = useful + recompute
-    formula = (f"{rule}{' + recompute' if recompute else ''}; forward: linears 2·T·ΣP, attention "
-               f"4·b·s·keys·a·d ({'s' if eager else 's/2'} keys), LM head 2·T·h·V (estimate/speed_train.py)")
-    return StepFlops(total=total, useful=useful, layer_fraction=(total - head_part) / total, formula=formula)
 
 
 def prefill_layer_fraction(shape: ModelShape, batch: int, prompt_tokens: int, *, eager: bool) -> float:
@@ -121,5 +73,17 @@ def static_bytes(model: Any, optimizer: Any | None) -> tuple[int, int]:
     return layers, rest
 
 
-def _leaf(name: str) -> str:
-    return name.rsplit(".", 1)[-1]
+def memory_full_depth(monitor: PeakMemoryMonitor, static_layers: int, static_rest: int, built: int, full: int,
+                 notes: list[str]) -> int | None:
+    peak = monitor.result()
+    if peak.torch_allocated_bytes is not None:
+        measured, view = peak.torch_allocated_bytes, "torch peak allocated"
+    elif peak.process_rss_bytes is not None and monitor.baseline_rss_bytes is not None:
+        measured, view = peak.process_rss_bytes - monitor.baseline_rss_bytes, "peak RSS growth after imports"
+    else:
+        return None
+    full_bytes = scale_memory(measured, static_layers, static_rest, built, full)
+    notes.append(f"extrapolated memory from {view}: M_full = S_rest + (S_layers + D) · {full}/{built} with "
+                 f"S_layers = {static_layers:,} B, S_rest = {static_rest:,} B (parameters, gradients, optimizer "
+                 "states), D = the rest of the measured peak; an upper bound (logits are scaled too)")
+    return full_bytes

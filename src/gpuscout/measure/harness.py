@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from gpuscout.errors import UnsupportedHere
 from gpuscout.results.schema import Case, Failure, FailureKind, Metric, Scalar
 from gpuscout.stats import summarize
 
@@ -114,7 +115,7 @@ def classify_failure(exc: BaseException) -> FailureKind:
     oom_words = ("out of memory", "can't allocate memory", "not enough memory")
     if name == "OutOfMemoryError" or isinstance(exc, MemoryError) or any(w in text for w in oom_words):
         return "oom"
-    if isinstance(exc, NotImplementedError) or name == "UnsupportedHere":
+    if isinstance(exc, NotImplementedError | UnsupportedHere):
         return "unsupported"
     if isinstance(exc, KeyboardInterrupt):
         return "interrupted"
@@ -134,10 +135,6 @@ def _message(exc: BaseException) -> str:
 def failed_case(case: str, size: dict[str, Scalar], kind: FailureKind, message: str, wall_s: float) -> Case:
     return Case(name=case, params=size, failure=Failure(case=case, kind=kind, message=message, size=size),
                 wall_s=wall_s)
-
-
-class UnsupportedHere(Exception):
-    """This case cannot run on this machine (e.g. QLoRA on a CPU); recorded as `unsupported`."""
 
 
 def time_repeats(step: Callable[[], Any], *, warmup: int, repeats: int, device: str) -> list[float]:

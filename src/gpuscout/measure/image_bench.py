@@ -3,7 +3,7 @@
 One case per job, in its own process (`harness.run_isolated`). The preset's denoiser
 (`UNet2DConditionModel` or `FluxTransformer2DModel`) and `AutoencoderKL` are built from the stored
 configs with diffusers' own random initialisation on the benchmark device (the same builders as
-the trace mode, `image_trace`; nothing is downloaded). Text conditioning is random tensors of the
+the trace mode, `torchmodel.image`; nothing is downloaded). Text conditioning is random tensors of the
 shape the text encoders produce. One repeat is what the diffusers pipeline does for one batch:
 
     text encoders once (CLIP-class encoders only, see TEXT_ENCODER_PARAMS_LIMIT)
@@ -28,8 +28,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuscout.measure.harness import BenchSettings, PlannedCase, UnsupportedHere, derived_metric, timed_metric
-from gpuscout.measure.image_trace import (
+from gpuscout.errors import UnsupportedHere
+from gpuscout.measure.harness import BenchSettings, PlannedCase, derived_metric, timed_metric
+from gpuscout.measure.peak_memory import PeakMemoryMonitor
+from gpuscout.measure.startup import StartupClock
+from gpuscout.results.schema import Case, Metric, Scalar
+from gpuscout.torchmodel.image import (
     ImageAttention,
     build_image_model,
     denoiser_inputs,
@@ -39,9 +43,6 @@ from gpuscout.measure.image_trace import (
     require_divisible,
     vae_run_dtype,
 )
-from gpuscout.measure.peak_memory import PeakMemoryMonitor
-from gpuscout.measure.startup import StartupClock
-from gpuscout.results.schema import Case, Metric, Scalar
 from gpuscout.workload.image import ImageModelShape, image_component_configs, load_image_preset
 from gpuscout.workload.job import ImageJob
 

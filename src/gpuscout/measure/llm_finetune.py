@@ -1,27 +1,21 @@
-"""The language-model slices of `gpuscout bench`: planning, and the fine-tune case.
+"""The fine-tune slice of `gpuscout bench`: planning, and the case that runs in its own process.
 
-The case functions run inside the case's own process (`harness.run_isolated`) and return a
-`Case`; the inference case lives in `measure.llm_inference`. What is timed:
+The case function runs inside the case's own process (`harness.run_isolated`) and returns a
+`Case`; the inference slice lives in `measure.llm_inference`. What is timed:
 
 * fine-tune — one repeat = one micro-batch: forward (loss on the batch's own tokens), backward,
   optimizer step, zero_grad. The spec's grad_accum is not looped inside a repeat: an optimizer
   step of grad_accum micro-batches takes grad_accum × (forward + backward) + one optimizer step,
   so per-token throughput from one micro-batch is slightly pessimistic for grad_accum > 1 (the
   optimizer step is counted per micro-batch). Derived per repeat: tokens/s, samples/s, achieved
-  TFLOP/s (FLOPs from `measure.depth`), MFU against the catalog's dense peak (GPU only), and the
+  TFLOP/s (FLOPs from `workload.flops`), MFU against the catalog's dense peak (GPU only), and the
   projected time of the whole job.
-* inference — one repeat = one generation: a prefill of prompt_tokens for `concurrency`
-  sequences into a fresh DynamicCache (TTFT), then output_tokens − 1 single-token decode steps,
-  greedy, EOS ignored so every machine produces the same number of tokens. This is the
-  framework's own generation loop (transformers), not a serving engine: no continuous batching,
-  paged KV cache or CUDA graphs. Serving engines are measured with the endpoint load test.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from gpuscout.errors import GpuscoutError
@@ -35,14 +29,10 @@ from gpuscout.measure.harness import (
 )
 from gpuscout.measure.llm_setup import (
     LlmCaseSpec,
-    bnb_4bit_config,
     build_model,
-    build_optimizer,
     cpu_threads_note,
-    import_stack,
-    quantize_linears_nf4,
+    model_shape,
     ready_config,
-    require_bitsandbytes,
     resolve_attention,
     token_batches,
     weights_note,
@@ -50,15 +40,22 @@ from gpuscout.measure.llm_setup import (
 from gpuscout.measure.peak_memory import PeakMemoryMonitor
 from gpuscout.measure.startup import StartupClock
 from gpuscout.results.schema import Case, Metric
-from gpuscout.workload.hf_config import shape_from_hf_config
-from gpuscout.workload.job import FinetuneJob, InferenceJob
+from gpuscout.torchmodel.llm import (
+    apply_lora,
+    autocast,
+    bnb_4bit_config,
+    build_optimizer,
+    enable_checkpointing,
+    import_torch_stack,
+    param_dtype,
+    quantize_linears_nf4,
+    require_bitsandbytes,
+)
+from gpuscout.workload.flops import training_flops, training_flops_rule
+from gpuscout.workload.job import FinetuneJob
+from gpuscout.workload.lora import lora_target_names
 from gpuscout.workload.shape import ModelShape
 
-FRAMEWORK_LOOP_NOTE = (
-    "inference is measured with transformers' own generation loop (prefill into a DynamicCache, then "
-    "greedy single-token decode steps, EOS ignored): not a serving engine — no continuous batching, paged "
-    "KV cache or CUDA graphs. Serving engines (vLLM …) are measured with the endpoint load test."
-)
 FINETUNE_UNIT_NOTE = (
     "one timed repeat = one micro-batch: forward + backward + optimizer step + zero_grad (grad_accum is "
     "not looped inside a repeat)"
@@ -75,22 +72,6 @@ def plan_finetune_cases(spec: LlmCaseSpec) -> list[PlannedCase]:
     return [PlannedCase(name=spec.name, fn=run_finetune_case, args=(spec,), size=dict(spec.params))]
 
 
-def plan_inference_cases(spec: LlmCaseSpec, levels: list[int]) -> list[PlannedCase]:
-    from gpuscout.measure.llm_inference import run_inference_case
-
-    cases = []
-    for level in levels:
-        params = {**spec.params, "concurrency": level}
-        one = LlmCaseSpec(**{**spec.__dict__, "name": f"concurrency {level}", "params": params, "concurrency": level})
-        cases.append(PlannedCase(name=one.name, fn=run_inference_case, args=(one,), size=params))
-    return cases
-
-
-def concurrency_levels(job: InferenceJob) -> list[int]:
-    """The job's concurrency and, so that two levels are always measured, 1 when it differs."""
-    return sorted({1, job.concurrency})
-
-
 # --- fine-tune (case process) --------------------------------------------------------------------
 
 
@@ -103,7 +84,7 @@ def run_finetune_case(spec: LlmCaseSpec) -> Case:
         require_bitsandbytes(spec.device, "QLoRA (NF4 4-bit base weights)")
     if job.optimizer == "adamw_8bit":
         require_bitsandbytes(spec.device, "The 8-bit AdamW optimizer")
-    torch = import_stack(peft=job.method != "full")
+    torch = import_torch_stack("transformers", *(["peft"] if job.method != "full" else []), purpose="gpuscout bench")
     config, built, full_layers = ready_config(spec, torch, clock)
     attention, attention_note = resolve_attention(job.attention, spec.device)
     notes = [weights_note(spec), *([attention_note] if attention_note else []), *cpu_threads_note(torch, spec.device)]
@@ -123,7 +104,7 @@ def run_finetune_case(spec: LlmCaseSpec) -> Case:
     memory_full = None
     if built is not None:
         metrics += _finetune_full_depth(job, shape, attention, samples, built, full_layers, notes)
-        memory_full = memory_full_depth(monitor, static_layers, static_rest, built, full_layers, notes)
+        memory_full = depth.memory_full_depth(monitor, static_layers, static_rest, built, full_layers, notes)
     return Case(name=spec.name, params=spec.params, layers=built, full_layers=full_layers if built else None,
                 metrics=tuple(metrics), peak_memory=monitor.result(extrapolated_allocated_bytes=memory_full),
                 startup=clock.phases(), notes=tuple(notes))
@@ -133,10 +114,8 @@ def _training_model(spec: LlmCaseSpec, job: FinetuneJob, config: dict[str, Any],
                     monitor: PeakMemoryMonitor) -> tuple[Any, Any, list[str]]:
     import torch
 
-    from gpuscout.measure.trace import DEFAULT_LORA_TARGETS, _apply_lora, _enable_checkpointing
-
     notes = []
-    dtype = _param_dtype(torch, job)
+    dtype = param_dtype(torch, job.precision, job.method)
     quantization = bnb_4bit_config(dtype) if job.method == "qlora" and spec.weights else None
     model = build_model(spec, config, attention=attention, dtype=dtype, quantization=quantization)
     if job.method == "qlora" and not spec.weights:
@@ -147,12 +126,12 @@ def _training_model(spec: LlmCaseSpec, job: FinetuneJob, config: dict[str, Any],
     if job.method != "full":
         model.requires_grad_(False)
     if job.gradient_checkpointing:
-        _enable_checkpointing(model)
+        enable_checkpointing(model)
     if job.method != "full":
         shape = model_shape(config)
-        targets = depth.lora_target_names(shape, job.lora) if shape else (
-            DEFAULT_LORA_TARGETS if job.lora.target_modules == "all-linear" else tuple(job.lora.target_modules))
-        model = _apply_lora(model, job.lora.rank, job.lora.alpha, targets)
+        # Without a known layout, peft's own "all-linear" (or the spec's names) picks the layers.
+        targets = lora_target_names(shape, job.lora) if shape else job.lora.target_modules
+        model = apply_lora(model, job.lora.rank, job.lora.alpha, targets)
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
     optimizer = build_optimizer(job.optimizer, trainable, spec.device)
@@ -161,22 +140,13 @@ def _training_model(spec: LlmCaseSpec, job: FinetuneJob, config: dict[str, Any],
     return model, optimizer, notes
 
 
-def _param_dtype(torch: Any, job: FinetuneJob) -> Any:
-    """Mixed recipes keep fp32 weights for full fine-tuning (AMP); LoRA/QLoRA users load the frozen
-    base in 16-bit and peft keeps the adapters in fp32 (autocast_adapter_dtype); 'bf16' is pure bf16."""
-    sixteen = {"bf16": torch.bfloat16, "bf16_mixed": torch.bfloat16, "fp16_mixed": torch.float16}
-    if job.precision == "bf16" or (job.method != "full" and job.precision in sixteen):
-        return sixteen[job.precision]
-    return torch.float32
-
-
 def _training_step(spec: LlmCaseSpec, job: FinetuneJob, model: Any, optimizer: Any, notes: list[str]) -> Any:
     import torch
 
     batches = itertools.cycle(token_batches(spec, vocab=int(model.config.vocab_size), batch=job.micro_batch,
                                             seq_len=job.seq_len,
                                             count=spec.settings.warmup + spec.settings.repeats))
-    autocast = _autocast(torch, job.precision, spec.device)
+    mixed = autocast(torch, job.precision, spec.device)
     scaler = None
     if job.precision == "fp16_mixed":
         if spec.device == "cuda":
@@ -186,7 +156,7 @@ def _training_step(spec: LlmCaseSpec, job: FinetuneJob, model: Any, optimizer: A
 
     def step() -> None:
         ids = next(batches)
-        with autocast:
+        with mixed:
             loss = model(input_ids=ids, labels=ids, use_cache=False).loss
         if scaler is not None:
             scaler.scale(loss).backward()
@@ -198,14 +168,6 @@ def _training_step(spec: LlmCaseSpec, job: FinetuneJob, model: Any, optimizer: A
         optimizer.zero_grad(set_to_none=True)
 
     return step
-
-
-def _autocast(torch: Any, precision: str, device: str) -> AbstractContextManager[Any]:
-    dtype = {"bf16_mixed": torch.bfloat16, "fp16_mixed": torch.float16}.get(precision)
-    if dtype is None:
-        return nullcontext()
-    context: AbstractContextManager[Any] = torch.autocast(device, dtype=dtype)
-    return context
 
 
 def _finetune_metrics(spec: LlmCaseSpec, job: FinetuneJob, shape: ModelShape | None, attention: str,
@@ -222,9 +184,10 @@ def _finetune_metrics(spec: LlmCaseSpec, job: FinetuneJob, shape: ModelShape | N
     if shape is None:
         notes.append("FLOPs not computed: gpuscout does not know this model_type's layout")
         return metrics
-    flops = depth.training_step_flops(job, shape, eager=attention == "eager")
+    flops = training_flops(job.model_copy(update={"attention": attention}), shape)
     metrics.append(derived_metric("achieved_tflops", "TFLOP/s", [flops.total / s / 1e12 for s in samples],
-                                  note=f"FLOPs per step / step_s, recompute included; {flops.formula}"))
+                                  note=f"FLOPs per step / step_s, recompute included; {training_flops_rule(job)} "
+                                       "(workload/flops.py)"))
     peak, why = _catalog_peak(spec, COMPUTE_DTYPE[job.precision])
     if peak is None:
         notes.append(why)
@@ -249,7 +212,7 @@ def _finetune_full_depth(job: FinetuneJob, shape: ModelShape | None, attention: 
     if shape is None:
         notes.append("no full-depth extrapolation: gpuscout does not know this model_type's layout")
         return []
-    fraction = depth.training_step_flops(job, shape, eager=attention == "eager").layer_fraction
+    fraction = training_flops(job.model_copy(update={"attention": attention}), shape).layer_fraction
     scaled = [depth.scale_time(s, fraction, built, full) for s in samples]
     tokens, dp = job.micro_batch * job.seq_len, job.gpus // job.tensor_parallel
     how = f"t_full = t_{built} · ((1 − f) + f · {full}/{built}), f = {fraction:.3f} (layers' FLOPs share)"
@@ -263,22 +226,6 @@ def _finetune_full_depth(job: FinetuneJob, shape: ModelShape | None, attention: 
     ]
 
 
-def memory_full_depth(monitor: PeakMemoryMonitor, static_layers: int, static_rest: int, built: int, full: int,
-                 notes: list[str]) -> int | None:
-    peak = monitor.result()
-    if peak.torch_allocated_bytes is not None:
-        measured, view = peak.torch_allocated_bytes, "torch peak allocated"
-    elif peak.process_rss_bytes is not None and monitor.baseline_rss_bytes is not None:
-        measured, view = peak.process_rss_bytes - monitor.baseline_rss_bytes, "peak RSS growth after imports"
-    else:
-        return None
-    full_bytes = depth.scale_memory(measured, static_layers, static_rest, built, full)
-    notes.append(f"extrapolated memory from {view}: M_full = S_rest + (S_layers + D) · {full}/{built} with "
-                 f"S_layers = {static_layers:,} B, S_rest = {static_rest:,} B (parameters, gradients, optimizer "
-                 "states), D = the rest of the measured peak; an upper bound (logits are scaled too)")
-    return full_bytes
-
-
 def _catalog_peak(spec: LlmCaseSpec, dtype: str) -> tuple[float | None, str]:
     if spec.device != "cuda":
         return None, "MFU not computed on the CPU: the catalog holds GPU peaks only"
@@ -288,10 +235,3 @@ def _catalog_peak(spec: LlmCaseSpec, dtype: str) -> tuple[float | None, str]:
         return peak_flops_per_s(find_gpu(spec.gpu_sku), dtype), ""
     except GpuscoutError as exc:
         return None, f"MFU not computed: {exc.what}"
-
-
-def model_shape(config: dict[str, Any]) -> ModelShape | None:
-    try:
-        return shape_from_hf_config(config, name="bench", source="bench")
-    except GpuscoutError:
-        return None

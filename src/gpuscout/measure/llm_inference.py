@@ -1,4 +1,4 @@
-"""The inference slice of `gpuscout bench`: a prefill + greedy decode loop at one concurrency level.
+"""The inference slice of `gpuscout bench`: planning, and a prefill + greedy decode loop at one level.
 
 Runs inside the case's own process. One repeat = one generation: a prefill of prompt_tokens for
 `concurrency` sequences into a fresh DynamicCache (TTFT), then output_tokens − 1 single-token
@@ -13,14 +13,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from gpuscout.errors import UnsupportedHere
 from gpuscout.measure import depth
-from gpuscout.measure.harness import UnsupportedHere, derived_metric, timed_metric
-from gpuscout.measure.llm_bench import memory_full_depth, model_shape
+from gpuscout.measure.harness import PlannedCase, derived_metric, timed_metric
 from gpuscout.measure.llm_setup import (
     LlmCaseSpec,
     build_model,
     cpu_threads_note,
-    import_stack,
+    model_shape,
     ready_config,
     token_batches,
     weights_note,
@@ -28,9 +28,29 @@ from gpuscout.measure.llm_setup import (
 from gpuscout.measure.peak_memory import PeakMemoryMonitor
 from gpuscout.measure.startup import StartupClock
 from gpuscout.results.schema import Case, Metric
+from gpuscout.torchmodel.llm import import_torch_stack, next_token
 from gpuscout.workload.job import InferenceJob
 
 INFERENCE_DTYPES = ("fp32", "bf16", "fp16")
+FRAMEWORK_LOOP_NOTE = (
+    "inference is measured with transformers' own generation loop (prefill into a DynamicCache, then "
+    "greedy single-token decode steps, EOS ignored): not a serving engine — no continuous batching, paged "
+    "KV cache or CUDA graphs. Serving engines (vLLM …) are measured with the endpoint load test."
+)
+
+
+def plan_inference_cases(spec: LlmCaseSpec, levels: list[int]) -> list[PlannedCase]:
+    cases = []
+    for level in levels:
+        params = {**spec.params, "concurrency": level}
+        one = LlmCaseSpec(**{**spec.__dict__, "name": f"concurrency {level}", "params": params, "concurrency": level})
+        cases.append(PlannedCase(name=one.name, fn=run_inference_case, args=(one,), size=params))
+    return cases
+
+
+def concurrency_levels(job: InferenceJob) -> list[int]:
+    """The job's concurrency and, so that two levels are always measured, 1 when it differs."""
+    return sorted({1, job.concurrency})
 
 
 def run_inference_case(spec: LlmCaseSpec) -> Case:
@@ -41,7 +61,7 @@ def run_inference_case(spec: LlmCaseSpec) -> Case:
     if job.weights not in INFERENCE_DTYPES:
         raise UnsupportedHere(f"weights = '{job.weights}': the framework loop here measures fp32/bf16/fp16 weights. "
                               "Quantized serving is measured through its engine with the endpoint load test.")
-    torch = import_stack()
+    torch = import_torch_stack("transformers", purpose="gpuscout bench")
     config, built, full_layers = ready_config(spec, torch, clock)
     attention = "sdpa"  # inference specs name no attention kernel; sdpa is transformers' default
     notes = [weights_note(spec), *_inference_notes(job), *cpu_threads_note(torch, spec.device)]
@@ -62,7 +82,7 @@ def run_inference_case(spec: LlmCaseSpec) -> Case:
     if built is not None:
         metrics += _inference_full_depth(spec, job, config, timed, built, full_layers, notes)
         layers_b, rest_b = depth.static_bytes(model, None)
-        memory_full = memory_full_depth(monitor, layers_b, rest_b, built, full_layers, notes)
+        memory_full = depth.memory_full_depth(monitor, layers_b, rest_b, built, full_layers, notes)
     return Case(name=spec.name, params=spec.params, layers=built, full_layers=full_layers if built else None,
                 metrics=tuple(metrics), peak_memory=monitor.result(extrapolated_allocated_bytes=memory_full),
                 startup=clock.phases(), notes=tuple(notes))
@@ -83,26 +103,24 @@ def _generate_once(model: Any, prompts: Any, output_tokens: int, device: str) ->
     import torch
     from transformers import DynamicCache
 
-    from gpuscout.measure.trace import _next_token
-
     with torch.no_grad():
         cache = DynamicCache(config=model.config)
         if device == "cuda":
             event: Any = torch.cuda.Event
             start, first, end = (event(enable_timing=True) for _ in range(3))
             start.record()
-            ids = _next_token(model, prompts, cache)
+            ids = next_token(model, prompts, cache)
             first.record()
             for _ in range(output_tokens - 1):
-                ids = _next_token(model, ids, cache)
+                ids = next_token(model, ids, cache)
             end.record()
             end.synchronize()
             return start.elapsed_time(first) / 1000.0, start.elapsed_time(end) / 1000.0
         t0 = time.perf_counter_ns()
-        ids = _next_token(model, prompts, cache)
+        ids = next_token(model, prompts, cache)
         t1 = time.perf_counter_ns()
         for _ in range(output_tokens - 1):
-            ids = _next_token(model, ids, cache)
+            ids = next_token(model, ids, cache)
         t2 = time.perf_counter_ns()
         return (t1 - t0) / 1e9, (t2 - t0) / 1e9
 

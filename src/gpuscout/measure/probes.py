@@ -37,12 +37,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuscout.errors import UnknownNameError
+from gpuscout.errors import UnknownNameError, UnsupportedHere
 from gpuscout.hardware.catalog import Gpu, find_gpu, peak_flops_per_s
 from gpuscout.measure.harness import (
     BenchSettings,
     PlannedCase,
-    UnsupportedHere,
     derived_metric,
     time_repeats,
     timed_metric,

@@ -8,9 +8,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpuscout.estimate.breakdown import MemoryBreakdown, bytes_by_category
-from gpuscout.estimate.screen import GpuVerdict, Screening
-from gpuscout.estimate.speed import SpeedEstimate
+from gpuscout.estimator.breakdown import MemoryBreakdown, bytes_by_category
+from gpuscout.estimator.screen import GpuVerdict, Screening
+from gpuscout.estimator.speed import SpeedEstimate
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.image import ImageModelShape
 from gpuscout.workload.shape import ModelShape

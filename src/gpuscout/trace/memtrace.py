@@ -1,6 +1,6 @@
 """Memory tracking of fake-tensor runs: MemTracker with per-category peaks, and reading its results.
 
-Shared by the trace modes (`trace` for transformers training/inference steps, `image_trace` for
+Shared by the trace modes (`trace.llm` for transformers training/inference steps, `trace.image` for
 diffusers denoiser and VAE passes). A model built on the meta device is made fake with
 `materialize_fake` inside `FakeTensorMode`; `category_peak_tracker()` then records every tensor
 storage by category (parameter, buffer, gradient, optimizer state, activation, temporary, other)
@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from gpuscout.errors import GpuscoutError, MissingDependencyError, SpecError
+from gpuscout.torchmodel.llm import import_torch_stack
 
 # MemTracker's `_MemRefType` member names → our category names.
 _CATEGORY_OF_REFTYPE = {
@@ -44,16 +45,8 @@ def require_positive(**sizes: int) -> None:
 
 
 def import_trace_stack(*names: str) -> Any:
-    """Import the named packages and torch's MemTracker; return torch; explain what is missing."""
-    for name in names:
-        try:
-            __import__(name)
-        except ImportError as exc:
-            raise MissingDependencyError(
-                f"Trace mode needs '{name}', which is not installed.",
-                "trace mode runs the real model code under PyTorch's FakeTensorMode.",
-                "pip install 'gpuscout[bench]'",
-            ) from exc
+    """Import torch (returned), the named packages and torch's MemTracker; explain what is missing."""
+    torch = import_torch_stack(*names, purpose="Trace mode")
     try:
         import torch.distributed._tools.mem_tracker
     except ImportError as exc:
@@ -62,8 +55,6 @@ def import_trace_stack(*names: str) -> Any:
             "MemTracker lives in torch.distributed._tools of recent releases (tested with torch 2.13).",
             "pip install -U 'gpuscout[bench]' torch",
         ) from exc
-    import torch
-
     return torch
 
 
@@ -184,11 +175,6 @@ def split_optimizer_transients(categories: dict[str, int], resident_opt_bytes: i
         "optimizer_states": categories["optimizer_states"] - transient,
         "temporaries": categories["temporaries"] + transient,
     }
-
-
-def current_total(tracker: Any) -> int:
-    """Bytes the tracker holds right now, over all devices."""
-    return sum(int(dev_snap.get(_TOTAL_KEY, 0)) for dev_snap in tracker.get_tracker_snapshot().values())
 
 
 def peak_total(tracker: Any) -> int:

@@ -1,8 +1,68 @@
-"""FLOP counts that follow from a model's shape alone, shared by the speed model and the benches."""
+"""FLOP counts that follow from a model's shape alone: one home for the speed model and the bench.
+
+Training FLOPs per micro-batch of T = b·s tokens (forward pass first, then multiples of it):
+
+    linears    2 · T · Σ active linear params            (Kaplan et al. 2020 §2.1: 2N per token)
+    attention  4 · b · s · keys · (a·d) per layer         (QKᵀ and AV; llm-analysis 4·b·s²·h);
+               keys = s/2 with causal Flash/SDPA kernels that skip the masked half, s with eager
+    LM head    2 · T · h · V
+
+    full FT    3 × forward  (backward = 2 × forward: input and weight grads; Narayanan et al. 2021,
+                             so ≈ 6 · P · T in all)
+    LoRA/QLoRA 2 × linears + 3 × attention + 2 × LM head + 3 × adapters
+               (forward 2P, input grads 2P, no weight grads for frozen weights ≈ 4P per token;
+               reference/estimators.md §5.9, "my derivation")
+    checkpointing  + one more forward of the decoder layers (≈ +2P, i.e. +1/3 of 6P)
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from gpuscout.workload.job import FinetuneJob
+from gpuscout.workload.lora import lora_adapter_params
 from gpuscout.workload.shape import ModelShape
+
+
+@dataclass(frozen=True)
+class TrainFlops:
+    """FLOPs of one micro-batch over the whole model (before tensor-parallel splitting)."""
+
+    linear_fwd: float
+    attention_fwd: float
+    head_fwd: float
+    adapter_fwd: float
+    head: float  # LM-head FLOPs of the whole step (forward and backward)
+    total: float  # what the device executes, recompute included (achieved TFLOP/s)
+    useful: float  # without recompute: the numerator of MFU
+
+    @property
+    def layer_fraction(self) -> float:
+        """Share of `total` inside the decoder layers (for depth-slicing extrapolation)."""
+        return (self.total - self.head) / self.total
+
+
+def training_flops(job: FinetuneJob, shape: ModelShape) -> TrainFlops:
+    """FLOPs of one training micro-batch of `job` (see the module docstring for the rules)."""
+    tokens = job.micro_batch * job.seq_len
+    linear = 2.0 * tokens * sum(g.active_count * g.params_each for g in shape.linears)
+    attention = attention_forward_flops(shape, job.micro_batch, job.seq_len, eager=job.attention == "eager")
+    head = 2.0 * tokens * shape.hidden_size * shape.vocab_size
+    if job.method == "full":
+        adapter, head_step = 0.0, 3 * head
+        useful = 3 * (linear + attention + head)
+    else:
+        adapter, head_step = 2.0 * tokens * lora_adapter_params(shape, job.lora, active=True), 2 * head
+        useful = 2 * linear + 3 * attention + 2 * head + 3 * adapter
+    recompute = linear + attention + adapter if job.gradient_checkpointing else 0.0
+    return TrainFlops(linear, attention, head, adapter, head_step, useful + recompute, useful)
+
+
+def training_flops_rule(job: FinetuneJob) -> str:
+    """The multiples of the forward pass that `training_flops` adds up, in words."""
+    rule = ("3 × (linears + attention + LM head)" if job.method == "full"
+            else "2 × linears + 3 × attention + 2 × LM head + 3 × adapters")
+    return rule + (" + recompute of the layers" if job.gradient_checkpointing else "")
 
 
 def attention_forward_flops(shape: ModelShape, batch: int, seq: int, *, eager: bool) -> float:

@@ -182,3 +182,12 @@ def config_with_depth(config: dict[str, Any], num_layers: int) -> dict[str, Any]
     if isinstance(config.get("layer_types"), list):
         sliced["layer_types"] = config["layer_types"][:num_layers]
     return sliced
+
+
+def config_depth(config: dict[str, Any]) -> int:
+    """The number of decoder layers a config.json dict declares."""
+    for key in ("num_hidden_layers", "n_layer", "num_layers"):
+        if isinstance(config.get(key), int):
+            return int(config[key])
+    raise SpecError("The model config has no layer count.", "num_hidden_layers (or n_layer) is missing.",
+                    "Use the model's full config.json.")
