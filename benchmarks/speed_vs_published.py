@@ -3,9 +3,8 @@
 Run: .venv/bin/python benchmarks/speed_vs_published.py
 Prints: case, source (file + line), published, gpuscout, error % (gpuscout vs published).
 
-Every published figure is a measurement quoted in the shared reference notes
-(/work/shared/reference/*.md) or in the file those notes cite for it; the line number is looked up
-at run time from the quoted text. Setups differ from the published runs where gpuscout cannot
+Every published figure is a measurement quoted, with its public source, in docs/estimator.md; the
+line number there is looked up at run time from the quoted text. Setups differ from the published runs where gpuscout cannot
 express them (noted per case); read the error column with those notes.
 """
 
@@ -23,7 +22,7 @@ from gpuscout.workload.job import FinetuneJob, InferenceJob
 from gpuscout.workload.presets import load_llm_preset
 from gpuscout.workload.shape import ModelShape
 
-REFERENCE = Path("/work/shared/reference")
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
 @dataclass(frozen=True)
@@ -37,16 +36,16 @@ class Case:
 
 
 def cite(file: str, needle: str, extra: str = "") -> str:
-    """'file:line' of the first line holding `needle` in the reference notes (line '?' if absent)."""
-    path = REFERENCE / file
+    """'docs/file:line' of the first line holding `needle` in the docs (line '?' if absent)."""
+    path = DOCS / file
     lines = path.read_text(encoding="utf-8").splitlines() if path.exists() else []
     line = next((str(i) for i, text in enumerate(lines, 1) if needle in text), "?")
-    return f"{file}:{line}" + (f" ({extra})" if extra else "")
+    return f"docs/{file}:{line}" + (f" ({extra})" if extra else "")
 
 
 def llama_training_cases() -> list[Case]:
     """LLaMA paper GPU-hours (Table 15), as quoted in llm-analysis examples/llama/README.md, the
-    file estimators.md §3 cites: 82,432 (7B) and 135,168 (13B) A100-80GB hours for 1.0 T tokens
+    file docs/estimator.md §4 cites: 82,432 (7B) and 135,168 (13B) A100-80GB hours for 1.0 T tokens
     (LLaMA paper Table 2). Llama 2 7B/13B presets have the same layer shapes as LLaMA 7B/13B."""
     cases = []
     for preset, hours in (("llama-2-7b", 82_432.0), ("llama-2-13b", 135_168.0)):
@@ -58,7 +57,7 @@ def llama_training_cases() -> list[Case]:
         cases.append(Case(
             f"{preset.replace('llama-2-', 'LLaMA-').upper().replace('LLAMA', 'LLaMA')} pre-training, 1.0T tokens, "
             "A100-80GB", cite(
-                "estimators.md", "LLaMA training GPU-hours", "numbers: llm-analysis examples/llama/README.md"),
+                "estimator.md", "82,432", "numbers: llm-analysis examples/llama/README.md"),
             hours, est.job_s * gpus / 3600, "GPU-hours",
             f"MFU {est.metrics['mfu']:.1%}, band {low:,.0f}–{high:,.0f}",
         ))
@@ -75,14 +74,14 @@ def llama65b_case() -> Case:
                       grad_accum=256, gpus=8, sharding="zero1", dataset_tokens=10**12)
     est = estimate_speed(job, shape, find_gpu("a100-sxm4-80gb"))
     return Case("LLaMA-65B training throughput, A100-80GB", cite(
-        "estimators.md", "LLaMA training GPU-hours", "380 tok/s/GPU: llm-analysis examples/llama/README.md"),
+        "estimator.md", "380 tokens/s/GPU", "llm-analysis examples/llama/README.md"),
         380.0, est.metrics["tokens_per_s"] / est.gpus, "tokens/s/GPU",
         f"MFU {est.metrics['mfu']:.1%}; one 8-GPU ZeRO-1 node stands in for the 2,048-GPU run")
 
 
 def llm_viewer_ttft_cases() -> list[Case]:
     """TensorRT-LLM on A100, LLaMA-7B, first-token latency 16.1 ms @128 and 120.5 ms @2048 tokens
-    (LLM-Viewer#4, estimators.md §3). The A100 variant is not stated; the 80 GB SXM4 is assumed."""
+    (LLM-Viewer#4, docs/estimator.md §4). The A100 variant is not stated; the 80 GB SXM4 is assumed."""
     shape, gpu = load_llm_preset("llama-2-7b"), find_gpu("a100-sxm4-80gb")
     cases = []
     for prompt, published_ms in ((128, 16.1), (2048, 120.5)):
@@ -90,7 +89,7 @@ def llm_viewer_ttft_cases() -> list[Case]:
                            prompt_tokens=prompt, output_tokens=2, concurrency=1, requests=1)
         est = estimate_speed(job, shape, gpu)
         cases.append(Case(f"LLaMA-7B TTFT @{prompt} tokens, A100, TensorRT-LLM", cite(
-            "estimators.md", "LLM-Viewer | vs TensorRT-LLM A100 LLaMA-7B"), published_ms,
+            "estimator.md", "hahnyuan/LLM-Viewer#4 |"), published_ms,
             est.metrics["ttft_s"] * 1e3, "ms", f"bound {est.phases[0].bound}"))
     return cases
 
@@ -107,25 +106,25 @@ def qwen35_27b_shape() -> ModelShape:
 
 
 def llmfit_decode_case() -> Case:
-    """~40 tok/s measured for Qwen3.5-27B Q4_K_M on an RTX 4090 (llmfit PR #137, estimators.md §3)."""
+    """~40 tok/s measured for Qwen3.5-27B Q4_K_M on an RTX 4090 (llmfit PR #137, docs/estimator.md §4)."""
     shape = qwen35_27b_shape()
     job = InferenceJob(kind="inference", model="qwen3.5-27b", weights="int4", kv_cache_dtype="fp16",
                        prompt_tokens=512, output_tokens=128, concurrency=1, requests=1)
     est = estimate_speed(job, shape, find_gpu("rtx-4090"))
     weights = sum(t.bytes for t in weight_terms(job, shape))
-    return Case("Qwen3.5-27B Q4_K_M decode, RTX 4090, batch 1", cite("estimators.md", "39.9 vs about 40 tok/s"),
+    return Case("Qwen3.5-27B Q4_K_M decode, RTX 4090, batch 1", cite("estimator.md", "39.9 vs about 40 tok/s"),
                 40.0, 1 / est.metrics["tpot_s"], "tok/s",
                 f"{shape.params_total / 1e9:.1f} B params, int4 weights {weights / 1e9:.1f} GB "
                 "(Q4_K_M is ~4.5–6.6 bits per weight, so real bytes are higher)")
 
 
 def rtx5090_gemm_cases() -> list[Case]:
-    """mmapeak: ~370 TFLOPS BF16 with FP32 accumulate on an RTX 5090 (costs.md §d)."""
+    """mmapeak: ~370 TFLOPS BF16 with FP32 accumulate on an RTX 5090 (docs/gpus.md §2)."""
     gpu = find_gpu("rtx-5090")
     job = InferenceJob(kind="inference", model="llama-3-8b", prompt_tokens=8192, output_tokens=2, requests=1)
     est = estimate_speed(job, load_llm_preset("llama-3-8b"), gpu)
     prefill = est.phases[0]
-    source = cite("costs.md", "mmapeak")
+    source = cite("estimator.md", "mmapeak")
     return [
         Case("RTX 5090 BF16 dense peak (catalog)", source, 370.0, peak_flops_per_s(gpu, "bf16") / 1e12, "TFLOPS",
              "whitepaper FP32-accumulate figure vs microbenchmark"),

@@ -3,8 +3,8 @@
 Pure Python and seeded, so results are reproducible and the module is cheap to import.
 
 * Percentiles use linear interpolation between order statistics (numpy's default, "type 7").
-* The 95% CI of the mean is mean ± t(0.975, n−1) · s/√n (AIPerf's multi-run CI; reference
-  benchmarks.md §2.10).
+* The 95% CI of the mean is mean ± t(0.975, n−1) · s/√n (AIPerf's multi-run CI;
+  docs/measurement.md §1).
 * Spread is IQR / median; above 10% it is flagged, as torch.utils.benchmark warns.
 * The CI of a ratio of two machines' means is a seeded percentile bootstrap over both samples.
 """

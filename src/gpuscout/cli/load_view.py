@@ -3,7 +3,7 @@
 The result (kind "load") is written atomically with `-o FILE`; the workload is saved next to it as
 FILE.workload.json and its sha256 recorded, so the run can be repeated exactly. Pricing (an offer or
 --usd-per-hour) is computed here from the measured cases, not stored: prices are an opinion that
-changes (DESIGN.md §2). A progress bar goes to stderr when it is a terminal.
+changes (docs/design.md §3). A progress bar goes to stderr when it is a terminal.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def probe_table(result: ProbeResult) -> RenderableType:
 
 
 def _fmt(measure: ProbeMeasure, value: float) -> str:
-    # Display-only unit conversion (DESIGN.md §3: SI inside, converted for display).
+    # Display-only unit conversion (docs/design.md §4: SI inside, converted for display).
     if measure.unit == "bytes/s":
         return f"{value / 1e6:.1f} MB/s"
     return f"{value * 1e3:.2f} ms"

@@ -1,4 +1,4 @@
-"""How a stretch of instance time becomes billed time (reference/costs.md §c.2, §c.3)."""
+"""How a stretch of instance time becomes billed time (docs/cost.md §2.2, §2.3)."""
 
 from __future__ import annotations
 

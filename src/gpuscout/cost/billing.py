@@ -1,4 +1,4 @@
-"""Total job cost under a provider's billing rules (DESIGN.md §5, reference/costs.md §c).
+"""Total job cost under a provider's billing rules (docs/cost.md §1, docs/cost.md §2).
 
     total = Σ attempts  ceil_to_increment(max(minimum, startup + work + idle tail)) × rate
           + storage (size × price/GB-month × lifetime, at the stopped rate while stopped)

@@ -1,4 +1,4 @@
-"""What serving costs at the throughput a load test measured (DESIGN.md §4, benchmarks.md §4F).
+"""What serving costs at the throughput a load test measured (docs/measurement.md §1, docs/cost.md §5.3).
 
     usd_per_1m_output_tokens  = usd_per_s / output_tokens_per_s × 1e6
     usd_per_request           = usd_per_s / requests_per_s

@@ -1,6 +1,6 @@
 """Spot runs: interruptions, lost work and restarts, in closed form and in a seeded simulation.
 
-The model (reference/costs.md §c.10): interruptions arrive as a Poisson process at λ per running
+The model (docs/cost.md §2.11): interruptions arrive as a Poisson process at λ per running
 second of work. Work is checkpointed every C seconds; an interruption loses the work since the
 last checkpoint and ends a billed segment. The next segment pays the restart overhead R
 (re-provision, setup, reload) and, being a new start, the minimum charge and the rounding again.

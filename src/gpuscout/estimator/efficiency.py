@@ -1,6 +1,6 @@
 """Efficiency factors: what fraction of each datasheet peak real software reaches.
 
-A roofline with peak figures is only a lower bound on time (reference/costs.md §d). The factors
+A roofline with peak figures is only a lower bound on time (docs/gpus.md §2). The factors
 live in `efficiency.toml`, one default row per phase kind (training, prefill, decode, image) with its
 citation, plus override rows per GPU architecture or SKU. A measured benchmark should replace them.
 """

@@ -35,7 +35,7 @@ sdxl, flux-dev; sdpa and eager; 256² to 2048²; batch 1–4) and 1.00× the unt
 traced count is exactly 6.0 untiled; 6.1–6.6 tiled, as decoded tiles accumulate). Before this
 calibration the model gave 0.67× (sd15), 0.71× (sdxl) and 1.62× (flux, which also doubled its
 batch for guidance) of the traced denoiser peaks, and 3.0× the VAE peaks (18 tensors, the sd2R
-fit of one real FLUX OOM, reference/estimators.md §2.8). The trace excludes GPU-only memory —
+fit of one real FLUX OOM, docs/estimator.md §2.10). The trace excludes GPU-only memory —
 cuDNN convolution workspaces and allocator fragmentation, which the sd2R observation included —
 so a real decode can run above 6 tensors; tests/trace/test_image_trace.py holds the ±25%
 agreement with the trace.
@@ -57,8 +57,8 @@ from gpuscout.workload.image import ImageComponent, ImageModelShape
 from gpuscout.workload.job import ImageJob
 from gpuscout.workload.shape import DTYPE_BYTES
 
-# Fitted to FakeTensor traces (see the module docstring); the sd2R figure of 18 (reference/
-# estimators.md §2.8, one real FLUX OOM) was 3× the traced 6.0 at every size and dtype.
+# Fitted to FakeTensor traces (see the module docstring); the sd2R figure of 18
+# (docs/estimator.md §2.10, one real FLUX OOM) was 3× the traced 6.0 at every size and dtype.
 VAE_LIVE_TENSORS = 6
 GEGLU_FF_MULT = 4  # diffusers FeedForward default mult=4, GEGLU projects to 2 × 4C
 # Tensors of width C live per token around a UNet GEGLU feed-forward (2·4C projection, 4C GELU

@@ -1,6 +1,6 @@
 """GPU-side overheads that no tensor accounts for, each with its source and its uncertainty.
 
-These are the constants every calculator gets wrong by GBs (reference/estimators.md §2.6, §3).
+These are the constants every calculator gets wrong by GBs (docs/estimator.md §2.7, §4).
 They are deliberately few and named, so that a measurement (`gpuscout bench`) can replace them.
 """
 

@@ -1,6 +1,6 @@
 """Time of diffusion image generation: text encoders once, the denoiser every step, VAE decode once.
 
-No reference gives diffusion FLOPs (reference/estimators.md §2.8), so they are derived from the
+No reference gives diffusion FLOPs (docs/estimator.md §2.10), so they are derived from the
 shape, with these approximations stated:
 
 * Convolution: 2 · 9 · C_in · C_out FLOPs per output pixel (3 × 3 kernel); a resnet is two of them

@@ -3,7 +3,7 @@
 A phase (a training step, a prefill, one decode step, one denoiser step …) does `flops` of work and
 moves `bytes` through device memory; its time is the slower of the two at the achieved rates
 (Williams et al. roofline, as LLM-Viewer and llm-analysis apply it per op or per module;
-reference/estimators.md §2.7), plus whatever communication is not hidden behind it:
+docs/estimator.md §3), plus whatever communication is not hidden behind it:
 
     compute_s = flops / (peak_flops_per_s × efficiency.compute)
     memory_s  = bytes / (bandwidth_bytes_per_s × efficiency.bandwidth)
@@ -93,7 +93,7 @@ def phase(
 def link_bytes_per_s(gpu: Gpu, gpus: int) -> float:
     """NVLink when the GPU has it and it reaches every peer, else PCIe (catalog figures).
 
-    NVLink *bridges* on PCIe cards join pairs only ("NVLink bridge 600 GB/s (2 GPUs)", costs.md §d);
+    NVLink *bridges* on PCIe cards join pairs only ("NVLink bridge 600 GB/s (2 GPUs)", docs/gpus.md §2);
     the H200 NVL bridge joins up to four. Beyond that, traffic crosses PCIe. One GPU sends nothing,
     so any positive rate serves (the memory bandwidth, for GPUs the catalog lists no link for).
     """

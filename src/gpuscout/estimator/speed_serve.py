@@ -1,6 +1,6 @@
 """Time of serving a language model: prefill (TTFT), decode steps (TPOT), whole request count.
 
-Per GPU of a tensor-parallel group of t (reference/estimators.md §2.7):
+Per GPU of a tensor-parallel group of t (docs/estimator.md §3):
 
     prefill   FLOPs = 2 · P_active · prompt + attention 4 · prompt · prompt/2 · (a·d) per layer + 2·h·V
               bytes = weights read (+ the prompt's KV written)
@@ -48,7 +48,7 @@ from gpuscout.workload.shape import DTYPE_BYTES, ModelShape
 
 ACT_BYTES = 2  # 16-bit activations in every served format (TP all-reduce payloads)
 # gpu_poor's decode heuristic reads weights ×2 for plain transformers vs ×1 for vLLM
-# (reference/estimators.md §2.7): HF generate without CUDA graphs or fused kernels.
+# (docs/estimator.md §3): HF generate without CUDA graphs or fused kernels.
 HF_DECODE_SLOWDOWN = 2.0
 
 

@@ -42,7 +42,7 @@ from gpuscout.workload.shape import ModelShape
 COMPUTE_DTYPE = {"bf16_mixed": "bf16", "bf16": "bf16", "fp16_mixed": "fp16", "fp32": "fp32"}
 # NF4 dequantization traffic per frozen linear weight per use: read 0.5 B of NF4, write and re-read
 # a 2 B bf16 copy for the matmul = 4.5 B. ASSUMPTION (bitsandbytes dequantizes to a 16-bit buffer
-# before the GEMM); gpu_poor's measured bnb slowdowns of 1.75–4.5× (estimators.md §2.7) say the
+# before the GEMM); gpu_poor's measured bnb slowdowns of 1.75–4.5× (docs/estimator.md §3) say the
 # real overhead can be larger.
 NF4_DEQUANT_BYTES = 0.5 + 2 + 2
 # Megatron tensor parallelism: 2 all-reduces of the b·s·h activations in the forward of every
@@ -105,7 +105,7 @@ def _flops_formula(job: FinetuneJob, flops: TrainFlops) -> str:
         rule = "3 × forward (6·P·T; Kaplan 2020, Narayanan 2021)"
     else:
         rule = (f"2 × linears + 3 × attention + 2 × head + 3 × adapters {tflop(flops.adapter_fwd)} "
-                "(≈ 4·P·T, estimators.md §5.9 derivation)")
+                "(≈ 4·P·T, docs/estimator.md §3.2 derivation)")
     recompute = " + 1 forward of the layers (gradient checkpointing)" if job.gradient_checkpointing else ""
     return f"forward: {parts}; {rule}{recompute}"
 
@@ -206,7 +206,7 @@ def _summarise(
         notes.append("checkpointing: +1 forward (+33% of 6P in theory); gpu_poor uses ×1.65 time (transformers#25572).")
     if job.method == "qlora":
         notes.append("QLoRA dequantization is an ASSUMED memory-bound cost; bnb slowdowns of 1.75–4.5× are reported "
-                     "(gpu_poor, estimators.md §2.7).")
+                     "(gpu_poor, docs/estimator.md §3).")
     return SpeedEstimate(
         job_kind="finetune", gpu_sku=gpu.sku, gpus=n, job_s=job_s, job_low_s=low, job_high_s=high,
         bound=bound,

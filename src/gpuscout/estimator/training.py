@@ -39,7 +39,7 @@ PARAM_BYTES = {"fp32": 4, "bf16_mixed": 4, "fp16_mixed": 4, "bf16": 2}
 # 16-bit activations unless the whole recipe is fp32.
 ACT_BYTES = {"fp32": 4, "bf16_mixed": 2, "fp16_mixed": 2, "bf16": 2}
 # bitsandbytes NF4 with double quantization: 4 bits + 8-bit absmax per 64 + fp32 per 256 absmaxes
-# = 4.127 bits (QLoRA, arXiv 2305.14314 §3; reference/estimators.md §2.3).
+# = 4.127 bits (QLoRA, arXiv 2305.14314 §3; docs/estimator.md §2.3).
 NF4_BYTES = 0.5
 NF4_CONSTANT_BYTES = (8 / 64 + 32 / (64 * 256)) / 8
 # 8-bit Adam: two 1-byte states plus one fp32 absmax per 2048-value block each

@@ -1,6 +1,6 @@
 """The GPU catalog: datasheet facts per SKU, read from the bundled `gpus.toml`.
 
-Hardware facts are data, not code (DESIGN.md §3): every number lives in `gpus.toml` next to the
+Hardware facts are data, not code (docs/design.md §4): every number lives in `gpus.toml` next to the
 source it came from, so a wrong figure is fixed in one place and reviewed against its citation.
 This module only loads, validates and looks rows up. It is on the CLI's fast path, so it imports
 nothing heavier than pydantic and the standard library.
@@ -224,7 +224,7 @@ def _unknown_gpu(name: str) -> UnknownNameError:
 def peak_flops_per_s(gpu: Gpu, dtype: str) -> float:
     """Dense peak rate of `gpu` for `dtype` (fp32, tf32, bf16, fp16, fp8, int8), in ops per second.
 
-    A peak is an upper bound for roofline estimates, never a runtime (costs.md §d notes).
+    A peak is an upper bound for roofline estimates, never a runtime (docs/gpus.md §2 notes).
     Raises instead of returning 0 or a fallback: silently using another GPU's or dtype's figure is
     how code tables end up overstating throughput.
     """
@@ -260,7 +260,7 @@ def usable_memory_bytes(gpu: Gpu) -> int:
     """Device memory a job can count on before framework overhead, in bytes.
 
     The nameplate is in decimal GB, while nvidia-smi reports the visible total in MiB after the
-    driver's reservations (costs.md §d: vendor "GB" ≈ GiB visible less reserved memory; e.g. H100
+    driver's reservations (docs/gpus.md §2: vendor "GB" ≈ GiB visible less reserved memory; e.g. H100
     SXM 80 GB shows 81,559 MiB). Fit checks start from the visible figure when the catalog has one,
     else from the nameplate.
     """

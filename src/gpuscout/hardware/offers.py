@@ -1,8 +1,8 @@
 """Offers and price sheets: what a rented GPU server costs, under which billing rules, as of when.
 
-A price is an opinion that changes with time (DESIGN.md §2), so every offer carries the date it
+A price is an opinion that changes with time (docs/design.md §3), so every offer carries the date it
 was observed and its source, and the schema can express the billing rules a total-cost model needs
-(reference/costs.md §c): price basis, billing increment and minimum, when billing starts, startup
+(docs/cost.md §2): price basis, billing increment and minimum, when billing starts, startup
 and idle tails, stopped-state charges, storage that outlives the instance, tiered egress, spot
 interruptions and discounts. This module only reads, validates and converts; the cost arithmetic
 over a job lives in `gpuscout.cost`.
@@ -59,16 +59,16 @@ class _Frozen(BaseModel):
 
 
 class StorageItem(_Frozen):
-    """A disk, volume or bucket billed per GB-month (costs.md §c.6–8), in the offer's currency."""
+    """A disk, volume or bucket billed per GB-month (docs/cost.md §2.6–§2.8), in the offer's currency."""
 
     name: str = Field(min_length=1)
     size_gb: _Positive
     price_per_gb_month: _NonNegative
-    # RunPod volume disk: $0.10/GB-month running, $0.20 stopped (costs.md §c.6). None = same as running.
+    # RunPod volume disk: $0.10/GB-month running, $0.20 stopped (docs/cost.md §2.6). None = same as running.
     stopped_price_per_gb_month: _NonNegative | None = None
-    # How long it exists, in hours; None = as long as the job's billed time (costs.md §c.7).
+    # How long it exists, in hours; None = as long as the job's billed time (docs/cost.md §2.7).
     lifetime_hours: _NonNegative | None = None
-    # Proration basis: 730 h (365 d / 12) or 720 h (a 30-day month, as dstack assumes; costs.md §c.8).
+    # Proration basis: 730 h (365 d / 12) or 720 h (a 30-day month, as dstack assumes; docs/cost.md §2.8).
     hours_per_month: float = Field(default=730.0, ge=672.0, le=744.0)
 
 
@@ -164,7 +164,7 @@ def _check_egress_tiers(tiers: Sequence[EgressTier]) -> None:
 def instance_price_per_hour(offer: Offer) -> float:
     """Price of the whole instance per hour after discount, in the offer's currency.
 
-    A per-GPU price is multiplied by the GPU count; an instance price never is (costs.md §c.1).
+    A per-GPU price is multiplied by the GPU count; an instance price never is (docs/cost.md §2.1).
     """
     base = offer.price * offer.gpu_count if offer.price_basis == "gpu" else offer.price
     return base * (1.0 - offer.discount)
@@ -315,7 +315,7 @@ def _input_hint(err: Any) -> str:
 def stale_offers(sheet: PriceSheet, today: date, max_age_days: int = 30) -> tuple[Offer, ...]:
     """Offers observed more than `max_age_days` before `today`: their prices may have moved.
 
-    Prices in the observations moved within weeks (prices-observed.md, "Price movement").
+    Prices in the observations moved within weeks (docs/prices.md §4).
     """
     return tuple(offer for offer in sheet.offers if (today - offer.observed_at).days > max_age_days)
 

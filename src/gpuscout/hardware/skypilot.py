@@ -1,6 +1,6 @@
 """Import a SkyPilot catalog (`vms.csv`) as gpuscout offers.
 
-SkyPilot keeps one `vms.csv` per cloud (reference/costs.md §a.2): whole-instance on-demand
+SkyPilot keeps one `vms.csv` per cloud (docs/cost.md §7.1): whole-instance on-demand
 `Price` and `SpotPrice` in USD per hour, per region and zone, with column order that differs by
 cloud. The file carries no date, so the caller says when it was observed (the catalog commit date,
 or the day it was downloaded).
@@ -9,16 +9,16 @@ Mapping rules, in order (SkyPilot's names are not gpuscout SKUs; "A100" alone is
 
 - "A100" / "A100-40GB" -> A100 SXM4 40GB, unless the row's per-GPU memory is >= 60 GiB; "A100-80GB"
   -> A100 SXM4 80GB. Either becomes the PCIe part when the instance type says "pcie" or is an
-  Azure NC…ads_A100_v4 (costs.md §a.2 / prices-observed.md: those are PCIe).
+  Azure NC…ads_A100_v4 (docs/cost.md §7.2 / docs/prices.md §1.3: those are PCIe).
 - "H100", "H100-SXM", "H100-MEGA", "H100-80GB" -> H100 SXM5 80GB; the PCIe part when the instance
   type says "pcie"; the NVL 94GB part when the name or instance says "nvl", the memory is >= 90 GiB,
-  or it is an Azure NC…H100_v5 (prices-observed.md: NC-H100-v5 is H100 NVL).
+  or it is an Azure NC…H100_v5 (docs/prices.md §1.3: NC-H100-v5 is H100 NVL).
 - Anything else goes through the GPU catalog's names and aliases ("L40S", "L4", "A10G", "RTX4090",
   "A6000", "H200", "B200", …). Names the catalog lacks (V100, T4, TPUs, Trainium…) are skipped
   and reported; so are fractional counts (a slice of a GPU is not the GPU the catalog describes).
 - GCP lists accelerator-optimized host VMs (a2/a3/g2) without their GPUs and prices the GPUs in
   separate rows with an empty InstanceType ("attachable", skypilot-catalog #31). SkyPilot's own cost
-  is host $/h + accelerator $/h (costs.md §a.1), so this importer combines a host row with the GPU
+  is host $/h + accelerator $/h (docs/cost.md §7.3), so this importer combines a host row with the GPU
   row of the same zone, using the machine-type -> GPU table from Google's machine-type docs below.
   GPU rows that no host in the file matches are skipped with that reason, never taken for machines.
 """
@@ -45,7 +45,7 @@ from gpuscout.userfile import read_user_text
 REQUIRED_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "Region")
 OPTIONAL_COLUMNS = ("GpuInfo", "SpotPrice", "AvailabilityZone", "Arch")
 
-# Billing terms per cloud, from reference/costs.md §c.2–4: AWS and GCP bill per second with a
+# Billing terms per cloud, from docs/cost.md §2.2–§2.4: AWS and GCP bill per second with a
 # one-minute minimum from "running"; Lambda bills in one-minute increments from a passed health
 # check; RunPod and Vast bill per second.
 _BILLING: Mapping[str, dict[str, Any]] = {
@@ -290,7 +290,7 @@ def _offers_for_row(
 
 
 def _prices(gpu_row: Mapping[str, str], host: tuple[float, float | None] | None) -> tuple[float | None, float | None]:
-    """On-demand and spot $/h; for a GCP host + attachable GPU, the two summed (costs.md §a.1)."""
+    """On-demand and spot $/h; for a GCP host + attachable GPU, the two summed (docs/cost.md §7.3)."""
     price, spot = _number(gpu_row["Price"]), _number(gpu_row["SpotPrice"])
     if host is None:
         return price, spot

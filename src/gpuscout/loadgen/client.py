@@ -2,7 +2,7 @@
 
 Per request it records the intended send time (schedule, or the moment a closed-loop worker became
 free), the actual send time, every content-chunk arrival and the end, so latency can be computed from
-the intended time too (coordinated omission, DESIGN.md §4). Errors are data, never fatal: HTTP errors,
+the intended time too (coordinated omission, docs/measurement.md §1). Errors are data, never fatal: HTTP errors,
 timeouts, dropped streams, malformed SSE lines and refused connections become records whose `error`
 starts with a kind (`http_500: …`, `timeout: …`, `dropped_stream: …`, `malformed_sse: …`, `connect: …`).
 Times in records are seconds relative to t0, the start of the measured phase (warm-up records are
@@ -164,7 +164,7 @@ async def run_load(url: str, model: str, workload: WorkloadLike, shape: LoadShap
                                "verify": httpx.create_ssl_context()}
     started_at = datetime.now(UTC)
     gc.collect()
-    gc.freeze()  # fewer GC pauses during the run (vLLM's freeze_gc_heap, reference/benchmarks.md §4A)
+    gc.freeze()  # fewer GC pauses during the run (vLLM's freeze_gc_heap, docs/measurement.md §5)
     try:
         async with httpx.AsyncClient(limits=limits, **options) as client:
             ctx = _Context(client, options, target, model, endpoint == "chat", stream, workload.prompts, timeout_s,

@@ -1,14 +1,14 @@
-"""Per-request records → one results `Case`: DESIGN.md §4 metrics, token counts, a validity verdict.
+"""Per-request records → one results `Case`: docs/measurement.md §1 metrics, token counts, a validity verdict.
 
-Formulas (printed in reports; reference/benchmarks.md §2.9 for how other tools name them):
+Formulas (printed in reports; docs/measurement.md §3.6 for how other tools name them):
 * ttft_s = first content chunk − actual send; e2e_s = last content chunk − actual send;
   the *_from_intended_s variants use the intended (scheduled) send time, so a lagging client cannot
-  hide queueing (coordinated omission, MLPerf LoadGen's rule, §2.6).
+  hide queueing (coordinated omission, MLPerf LoadGen's rule, docs/measurement.md §3.5).
 * tpot_s = (e2e − ttft) / (output_tokens − 1), first token excluded (vLLM TPOT = AIPerf ITL).
 * chunk_gap_s = every gap between consecutive content chunks, pooled (vLLM "ITL", AIPerf inter-chunk).
 * tokens_per_chunk = output_tokens / content chunks, per request.
 * output_tokens_per_s = Σ output tokens / run duration; requests_per_s = successes / duration;
-  goodput_rps = successes meeting every SLO bound / duration (DistServe; vLLM §2.1). The bound is
+  goodput_rps = successes meeting every SLO bound / duration (DistServe; vLLM, docs/measurement.md §3.1). The bound is
   applied per request to latency from the intended send time.
 Output tokens come from the server's usage when present, else the tokenizer, else the chunk count.
 """
@@ -25,7 +25,7 @@ from gpuscout.results.schema import Case, Metric
 from gpuscout.stats import percentile, summarize
 from gpuscout.workload.job import Slo
 
-MAX_LAG_S = 0.010  # P95 send lag beyond this: the client fell behind (Perf Analyzer warns at 1% late, §2.4)
+MAX_LAG_S = 0.010  # P95 send lag beyond this: the client fell behind (Perf Analyzer warns at 1% late, docs/measurement.md §3.4)
 LAG_FRACTION = 0.05  # … or beyond 5% of the mean inter-arrival gap of an open-loop schedule
 LAG_FLOOR_S = 0.002  # but never stricter than the event loop's ~1 ms timer granularity allows
 MAX_ERROR_RATE = 0.01

@@ -3,7 +3,7 @@
 One case per load level (a single shape, a sweep, or the levels an SLO search measured). The client
 machine's fingerprint is recorded (the server is remote: its hardware is whatever the user rented);
 the API key never enters the result. Pricing is not done here: cost is an opinion computed from the
-stored result at report time (DESIGN.md §2), by the CLI.
+stored result at report time (docs/design.md §3), by the CLI.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Open-loop shapes (constant, Poisson, gamma) get every send time up front as an ABSOLUTE offset from
 the run's start t0, so a late send never shifts later ones and lag cannot accumulate (the legacy vLLM
-script slept one relative gap after each send, so lag added up: reference/benchmarks.md §2.1).
+script slept one relative gap after each send, so lag added up: docs/measurement.md §2.1).
 Inter-arrival gaps follow vLLM's model: Gamma(shape=k, scale=1/(λ·k)) has mean 1/λ and coefficient of
 variation 1/√k; k = 1 is Poisson, k < 1 burstier, k → ∞ constant. Seeded, so schedules are reproducible.
 Closed loop (fixed concurrency) has no schedule: each worker sends when its previous request ends.

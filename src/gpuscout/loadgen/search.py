@@ -1,7 +1,7 @@
 """Sweeps over load levels and the search for the most load that still meets the SLO.
 
 `search_max_load` bisects over concurrency (integers) or request rate (floats), assuming latency
-grows with load (reference/benchmarks.md §4C: users ask for "the max sustainable load under my
+grows with load (docs/measurement.md §2.7: users ask for "the max sustainable load under my
 SLO"; GuideLLM's sweep only samples the range). It measures the lowest and the highest level
 first, then halves the interval between the highest passing and the lowest failing level, keeping
 every measured case. A level passes when the P95 of each SLO metric (`summary.p95` of the case's
@@ -73,7 +73,7 @@ def search_max_load(run_one: Callable[[Shape], Case], make_shape: Callable[[Leve
     Integer bounds search integers (concurrency); otherwise rates. `steps` bounds the bisection
     runs after the two ends (integer searches also stop when the gap closes to one). With
     `latency_from="intended"` TTFT and e2e are read from the intended send time, so a lagging
-    client cannot hide queueing (DESIGN.md §4).
+    client cannot hide queueing (docs/measurement.md §1).
     """
     _check_search(slo, lo, hi, steps)
     integer = isinstance(lo, int) and isinstance(hi, int)

@@ -1,6 +1,6 @@
 """Server-sent events of an OpenAI-compatible stream: split bytes into lines, read one `data:` line.
 
-Cheap on purpose (the client must not become the bottleneck, reference/benchmarks.md §4A): bytes are
+Cheap on purpose (the client must not become the bottleneck, docs/measurement.md §5): bytes are
 split on newlines without decoding, and each `data:` payload is parsed with `json.loads` exactly once;
 no model validation per chunk. Only choices with non-empty text count as content (vLLM counts any
 non-empty `choices`, LLMPerf only non-empty content; gpuscout follows LLMPerf so role-only and

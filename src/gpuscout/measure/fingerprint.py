@@ -1,4 +1,4 @@
-"""The environment fingerprint of DESIGN.md §4: the machine and software a result came from.
+"""The environment fingerprint of docs/measurement.md §1: the machine and software a result came from.
 
 GPU facts come from NVML (nvidia-ml-py) when it is importable, else from `nvidia-smi --query-gpu`,
 else from torch's device properties. NVML and nvidia-smi do not create a CUDA context, so the

@@ -1,6 +1,6 @@
 """The benchmark harness: each case in its own process, warm-up then timed repeats, failures kept.
 
-DESIGN.md §4: one case's memory and failures must not leak into the next, so every case runs in
+docs/measurement.md §1: one case's memory and failures must not leak into the next, so every case runs in
 a freshly spawned process (`run_isolated`). Inside it, `time_repeats` warms up, synchronizes and
 times each repeat with CUDA events on a GPU or `perf_counter_ns` on the CPU, keeping every raw
 sample. An out-of-memory error or a crash becomes a `Failure` naming the size that failed, and
@@ -141,7 +141,7 @@ def time_repeats(step: Callable[[], Any], *, warmup: int, repeats: int, device: 
     """Seconds per call of `step`, `repeats` times after `warmup` untimed calls.
 
     On CUDA each repeat is bracketed by CUDA events on the current stream and synchronized
-    (reference/benchmarks.md §2.10); on the CPU by perf_counter_ns.
+    (docs/measurement.md §1); on the CPU by perf_counter_ns.
     """
     for _ in range(warmup):
         step()

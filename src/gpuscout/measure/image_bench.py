@@ -14,7 +14,7 @@ where passes is 2 with classifier-free guidance (conditional and unconditional a
 batch), except FLUX.1-dev, which is guidance-distilled and runs one pass (`denoiser_passes`).
 
 Each phase is bracketed by CUDA events on a GPU (perf_counter_ns on the CPU) and the raw samples
-are kept (reference/benchmarks.md §2.10). The scheduler is not diffusers' own: an Euler-like
+are kept (docs/measurement.md §1). The scheduler is not diffusers' own: an Euler-like
 update of the latents stands in for it (a few element-wise ops per step).
 
 torch, diffusers and transformers are imported inside functions only: importing this module is cheap.

@@ -5,7 +5,7 @@ Runs inside the case's own process. One repeat = one generation: a prefill of pr
 decode steps, greedy, EOS ignored so every machine produces the same number of tokens
 (vLLM's ignore_eos for the same reason). Timed with CUDA events on a GPU (start, after the
 prefill, end; one synchronize), perf_counter_ns on the CPU. tpot = (e2e − ttft) / (n − 1), as
-DESIGN.md §4 defines it. This is the framework's own generation loop, not a serving engine.
+docs/measurement.md §1 defines it. This is the framework's own generation loop, not a serving engine.
 """
 
 from __future__ import annotations

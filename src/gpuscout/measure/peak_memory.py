@@ -1,4 +1,4 @@
-"""Peak memory of one case, seen three ways (reference/benchmarks.md §2.10; DESIGN.md §4).
+"""Peak memory of one case, seen three ways (docs/measurement.md §1; docs/measurement.md §1).
 
     torch_allocated_bytes   torch.cuda.max_memory_allocated: bytes of live tensors at the peak
     torch_reserved_bytes    torch.cuda.max_memory_reserved: what the caching allocator held from the

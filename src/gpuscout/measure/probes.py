@@ -1,7 +1,7 @@
 """Machine probes (`gpuscout bench --probe`): what this box's parts deliver, against their datasheet.
 
 Each probe is one case in its own process (`harness.run_isolated`), warmed up and repeated with
-raw samples kept (reference/benchmarks.md §1b, §2.10):
+raw samples kept (docs/measurement.md §1.2, §1.3):
 
 * dense matmul rate per dtype: fp32 (IEEE), tf32 (fp32 inputs on tensor cores, CUDA only), bf16,
   fp16, and fp8 e4m3 through `torch._scaled_mm` where the GPU has it (compute capability ≥ 8.9);
@@ -52,8 +52,8 @@ from gpuscout.results.schema import Case, Metric, PeakMemory, Scalar
 
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 CUDA_ONLY_DTYPES = frozenset({"tf32", "fp8"})
-# Side of the square matmul: 8192 keeps an H100/H200 busy for milliseconds per product (KINDS.md's
-# H200 reading used 8192³ bf16). On a CPU 512 takes milliseconds in fp32/bf16; CPUs without fp16
+# Side of the square matmul: 8192 keeps an H100/H200 busy for milliseconds per product (one
+# 8192³ bf16 product is 1.1 TFLOP, about 1.4 ms at 800 TFLOP/s). On a CPU 512 takes milliseconds in fp32/bf16; CPUs without fp16
 # arithmetic run fp16 products at a few GFLOP/s, so fp16 gets 256 there.
 MATMUL_N_CUDA = 8192
 MATMUL_N_CPU = {"fp32": 512, "bf16": 512, "fp16": 256}

@@ -1,4 +1,4 @@
-"""Startup phases of one case (DESIGN.md §4): how long until the first useful step.
+"""Startup phases of one case (docs/measurement.md §1): how long until the first useful step.
 
 A rented machine is billed from creation, so the time it spends booting, importing, initialising
 CUDA and building the model is part of the job's cost. Each case records, in its own process:

@@ -1,6 +1,6 @@
 """Comparing results of the same job on different machines: fairness first, then ratios with CIs.
 
-A comparison is only meaningful when every fixed variable (DESIGN.md §4) is equal, so the fixed
+A comparison is only meaningful when every fixed variable (docs/measurement.md §1) is equal, so the fixed
 variables, the job as run and the library versions are diffed before anything else. The machine
 itself (GPU, driver, CUDA, clocks) is what is being compared: it is listed, never flagged.
 
@@ -8,7 +8,7 @@ Ratios are "advantage" figures oriented by `Metric.higher_is_better`, so a value
 means "better than the baseline" (the first result): for throughput mean(this)/mean(baseline), for
 times mean(baseline)/mean(this). Their 95% confidence intervals come from a seeded percentile
 bootstrap over the raw samples (`stats.bootstrap_ratio_ci`); an interval that contains 1.0 is
-reported as "no measurable difference" (reference/benchmarks.md §4E: run-to-run variance of 20%
+reported as "no measurable difference" (docs/measurement.md §1.4: run-to-run variance of 20%
 is common, so a point ratio alone misleads).
 """
 
@@ -249,7 +249,7 @@ def unfair_error(fairness: Fairness, machines: Sequence[Machine]) -> UnfairCompa
     return UnfairComparisonError(
         f"The results differ in {len(fairness.differences)} fixed variable(s) ({heads}): {listed}.",
         "A winner is only meaningful when the same work was measured the same way on every machine "
-        "(DESIGN.md §4); these differences change the numbers as much as the GPU does.",
+        "(docs/measurement.md §1); these differences change the numbers as much as the GPU does.",
         "Re-run `gpuscout bench` with the same job spec, settings and library versions on every machine, "
         "or pass --allow-diff to compare anyway (the report then lists the differences).")
 

@@ -1,6 +1,6 @@
 """The on-disk result of a measurement: versioned, plain numbers, self-describing.
 
-A result records every fixed variable of the run (DESIGN.md §4) so that `compare` can refuse to
+A result records every fixed variable of the run (docs/measurement.md §1) so that `compare` can refuse to
 call a winner between runs that differ, the environment fingerprint, and for every case its raw
 samples, summary statistics, peak memory, startup phases, or the failure that stopped it.
 Measured and extrapolated values (depth slicing) are kept apart and labelled.
@@ -29,7 +29,7 @@ class Frozen(BaseModel):
 class Metric(Frozen):
     """One number of one case, with its raw samples when it was measured repeatedly."""
 
-    name: str  # DESIGN.md §4 names where one exists: step_s, tokens_per_s, ttft_s, tpot_s, peak_bytes …
+    name: str  # docs/measurement.md §1 names where one exists: step_s, tokens_per_s, ttft_s, tpot_s, peak_bytes …
     unit: str  # "s", "tokens/s", "bytes", "TFLOP/s", "fraction" …
     value: float  # the headline figure: the mean of the samples, or the single reading
     samples: tuple[float, ...] = ()
@@ -40,7 +40,7 @@ class Metric(Frozen):
 
 
 class PeakMemory(Frozen):
-    """Three views of peak memory (reference/benchmarks.md §2.10); None where not available."""
+    """Three views of peak memory (docs/measurement.md §1); None where not available."""
 
     torch_allocated_bytes: int | None = None  # live tensors (max_memory_allocated)
     torch_reserved_bytes: int | None = None  # held by the caching allocator (max_memory_reserved)
@@ -81,7 +81,7 @@ class Case(Frozen):
 
 
 class FixedVariables(Frozen):
-    """Everything a fair comparison must hold equal (DESIGN.md §4)."""
+    """Everything a fair comparison must hold equal (docs/measurement.md §1)."""
 
     kind: ResultKind
     model: str  # preset id or path as given

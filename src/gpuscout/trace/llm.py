@@ -4,7 +4,7 @@ One real training step (forward, backward, optimizer step, zero_grad) or one inf
 (prefill into a `DynamicCache`, then one decode step) runs under PyTorch's `FakeTensorMode`, so
 no memory is allocated, while `torch.distributed._tools.mem_tracker.MemTracker` records every
 tensor storage by category (parameter, buffer, gradient, optimizer state, activation, temporary,
-other). This is the "FT" approach of reference/estimators.md §1/§2 (torchtitan PR #425).
+other). This is the "FT" approach of docs/estimator.md §5 (torchtitan PR #425).
 The model and its recipe come from `torchmodel.llm`, the builder the bench uses too.
 
 It runs on the CPU device: a CPU-only torch cannot place fake tensors on `cuda`. So the kernels

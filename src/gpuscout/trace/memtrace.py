@@ -5,7 +5,7 @@ diffusers denoiser and VAE passes). A model built on the meta device is made fak
 `materialize_fake` inside `FakeTensorMode`; `category_peak_tracker()` then records every tensor
 storage by category (parameter, buffer, gradient, optimizer state, activation, temporary, other)
 through `torch.distributed._tools.mem_tracker.MemTracker` (the "FT" approach of
-reference/estimators.md §1/§2, torchtitan PR #425).
+docs/estimator.md §5, torchtitan PR #425).
 
 torch is imported inside functions only: importing this module is cheap.
 """

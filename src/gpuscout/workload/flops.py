@@ -11,7 +11,7 @@ Training FLOPs per micro-batch of T = b·s tokens (forward pass first, then mult
                              so ≈ 6 · P · T in all)
     LoRA/QLoRA 2 × linears + 3 × attention + 2 × LM head + 3 × adapters
                (forward 2P, input grads 2P, no weight grads for frozen weights ≈ 4P per token;
-               reference/estimators.md §5.9, "my derivation")
+               docs/estimator.md §3.2, "my derivation")
     checkpointing  + one more forward of the decoder layers (≈ +2P, i.e. +1/3 of 6P)
 """
 
