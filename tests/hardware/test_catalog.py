@@ -1,4 +1,4 @@
-"""The GPU catalog: it loads, lookups resolve, and its numbers match the reference table (costs.md §d)."""
+"""The GPU catalog: it loads, lookups resolve, and its numbers match the reference table (docs/gpus.md §2)."""
 
 from __future__ import annotations
 

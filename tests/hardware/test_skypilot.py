@@ -84,7 +84,7 @@ def test_include_spot_false_gives_on_demand_only() -> None:
 def test_gcp_host_and_attachable_gpu_prices_are_summed() -> None:
     result = _import("skypilot_gcp_vms.csv", "gcp")
     offers = _by_id(result)
-    # Host + GPU reproduce the published machine prices (prices-observed.md S1, us-central1).
+    # Host + GPU reproduce the published machine prices (docs/prices.md P1, us-central1).
     assert offers["gcp-a2-highgpu-1g-us-central1-a"].price == pytest.approx(3.6734, abs=1e-4)
     assert offers["gcp-a2-highgpu-1g-us-central1-a-spot"].price == pytest.approx(1.9280, abs=1e-4)
     eight = offers["gcp-a2-highgpu-8g-us-central1-a"]
