@@ -4,8 +4,8 @@ Run: .venv/bin/python benchmarks/speed_vs_published.py
 Prints: case, source (file + line), published, gpuscout, error % (gpuscout vs published).
 
 Every published figure is a measurement quoted, with its public source, in docs/estimator.md; the
-line number there is looked up at run time from the quoted text. Setups differ from the published runs where gpuscout cannot
-express them (noted per case); read the error column with those notes.
+line number there is looked up at run time from the quoted text. Setups differ from the published
+runs where gpuscout cannot express them (noted per case); read the error column with those notes.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Every citation the product makes resolves inside the repository.
 
-Code, the shipped examples (src/gpuscout/examples) and the README cite `docs/FILE.md §N.M`; each named file must exist and hold a
-heading numbered N.M. Nothing may point outside the repository (the folders the project was built
-from are not shipped), and the example price sheet's source codes must be listed in docs/prices.md.
+Code, the shipped examples (src/gpuscout/examples) and the README cite `docs/FILE.md §N.M`; each
+named file must exist and hold a heading numbered N.M. Nothing may point outside the repository
+(the folders the project was built from are not shipped), and the example price sheet's source
+codes must be listed in docs/prices.md.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ import pytest
 
 from gpuscout.cost.load_cost import offer_usd_per_hour, price_load, price_load_on_offer
 from gpuscout.errors import SpecError
-from gpuscout.hardware.offers import ExchangeRate, Offer
+from gpuscout.hardware.currency import ExchangeRate
+from gpuscout.hardware.offers import Offer
 from gpuscout.results.schema import Case, Metric
 
 

@@ -11,7 +11,8 @@ import pytest
 from gpuscout.cost.billing import price_job
 from gpuscout.cost.measured import cost_point, match_offers, measured_work, price_measured
 from gpuscout.errors import SpecError
-from gpuscout.hardware.offers import ExchangeRate, Offer
+from gpuscout.hardware.currency import ExchangeRate
+from gpuscout.hardware.offers import Offer
 from gpuscout.results.schema import Case, Failure
 from results import A100, BASE_TPS, FINETUNE_JOB, bench_result, metric, train_case
 

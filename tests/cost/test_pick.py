@@ -10,7 +10,9 @@ import pytest
 
 from gpuscout.cost.pick import PickRow, exclusion, mark_pareto, pick, place
 from gpuscout.hardware.catalog import find_gpu
-from gpuscout.hardware.offers import ExchangeRate, Offer, load_price_sheet
+from gpuscout.hardware.currency import ExchangeRate
+from gpuscout.hardware.offers import Offer
+from gpuscout.hardware.price_sheet import load_price_sheet
 from gpuscout.workload.job import FinetuneJob, InferenceJob, Slo
 from gpuscout.workload.presets import load_llm_preset
 

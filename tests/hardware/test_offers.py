@@ -12,19 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuscout.errors import SpecError
-from gpuscout.hardware.offers import (
-    ExchangeRate,
-    Offer,
-    PriceSheet,
-    gpu_price_per_hour,
-    instance_price_per_hour,
-    load_price_sheet,
-    parse_fx,
-    parse_offer,
-    parse_price_sheet,
-    stale_offers,
-    to_usd,
-)
+from gpuscout.hardware.currency import ExchangeRate, parse_fx, to_usd
+from gpuscout.hardware.offers import Offer, gpu_price_per_hour, instance_price_per_hour, stale_offers
+from gpuscout.hardware.price_sheet import PriceSheet, load_price_sheet, parse_offer, parse_price_sheet
 
 EXAMPLE_SHEET = Path(__file__).resolve().parents[2] / "examples" / "prices.example.toml"
 TODAY = date(2026, 11, 30)

@@ -9,6 +9,10 @@ Raw asyncio HTTP/1.1 (keep-alive, chunked SSE), so its own overhead is tiny and 
   `FAULT=malformed` (one `data:` line that is not JSON).
 * `reject_extras`: answer 400 to requests carrying ignore_eos/min_tokens (servers that forbid
   unknown fields); `seen` keeps every request's body and Authorization header for the tests.
+* `records`: what the server actually did per request (`Served`: received, each content write, end), on
+  the client's clock, so a test can hold the client's measurement against the server's own timeline
+  instead of against the injected delays (which a starved server misses). `GET /_records` returns them
+  as a JSON list, for a server in another process.
 
 Run standalone (for benchmarks): `python tests/loadgen/fake_openai.py --ttft 0 --token-delay 0`
 prints `PORT <n>` and serves until interrupted.
@@ -21,8 +25,9 @@ import asyncio
 import contextlib
 import json
 import threading
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
@@ -35,11 +40,34 @@ class FakeConfig:
     api_key: str | None = None  # when set, other keys get 401
 
 
+@dataclass(slots=True)
+class Served:
+    """What the server did for one POST, in time.perf_counter() seconds: the load client's clock (in another
+    process too on Linux, where it is CLOCK_MONOTONIC, one clock for the whole host).
+
+    Writes are stamped just before the bytes are handed to the socket, the receipt just after the body
+    was read: causality then guarantees client send ≤ received_s and writes_s[i] ≤ the client's arrival i.
+    """
+
+    prompt: str  # unique per request in the timing tests: the key that pairs a record with the client's
+    path: str
+    received_s: float  # request head and body read
+    status: int = 200
+    writes_s: list[float] = field(default_factory=list)  # each content write: SSE chunk, or the whole JSON body
+    tokens: list[int] = field(default_factory=list)  # tokens in each of those writes
+    end_s: float | None = None  # the last byte drained; None when it never finished (hang, drop)
+
+    @property
+    def first_write_s(self) -> float | None:
+        return self.writes_s[0] if self.writes_s else None
+
+
 @dataclass
 class FakeServer:
     config: FakeConfig
     port: int = 0
     seen: list[dict[str, Any]] = field(default_factory=list)
+    records: list[Served] = field(default_factory=list)
 
     @property
     def url(self) -> str:
@@ -57,8 +85,8 @@ async def _handle(server: FakeServer, reader: asyncio.StreamReader, writer: asyn
             method, path, _ = lines[0].split(" ", 2)
             headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines[1:] if ":" in ln)}
             body = await reader.readexactly(int(headers.get("content-length", "0")))
-            arrived = asyncio.get_running_loop().time()
-            keep = await _respond(server, writer, method, path, headers, body, arrived)
+            received = time.perf_counter()
+            keep = await _respond(server, writer, method, path, headers, body, received)
             if not keep:
                 return
     except (ConnectionError, asyncio.CancelledError):
@@ -68,30 +96,38 @@ async def _handle(server: FakeServer, reader: asyncio.StreamReader, writer: asyn
 
 
 async def _respond(server: FakeServer, writer: asyncio.StreamWriter, method: str, path: str,
-                   headers: dict[str, str], body: bytes, arrived: float) -> bool:
+                   headers: dict[str, str], body: bytes, received: float) -> bool:
     cfg = server.config
+    if method == "GET" and path == "/_records":
+        return await _plain(writer, 200, [asdict(r) for r in server.records])
     if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions"):
         return await _plain(writer, 404, {"error": f"no route {method} {path}"})
     req = json.loads(body)
     server.seen.append({"path": path, "body": req, "authorization": headers.get("authorization")})
-    if cfg.api_key and headers.get("authorization") != f"Bearer {cfg.api_key}":
-        return await _plain(writer, 401, {"error": "bad key"})
-    if cfg.reject_extras and ("ignore_eos" in req or "min_tokens" in req):
-        return await _plain(writer, 400, {"error": "unknown field ignore_eos"})
     chat = path.endswith("chat/completions")
     prompt = req["messages"][-1]["content"] if chat else req["prompt"]
+    served = Served(prompt, path, received)
+    server.records.append(served)
+    if cfg.api_key and headers.get("authorization") != f"Bearer {cfg.api_key}":
+        return await _refuse(writer, served, 401, "bad key")
+    if cfg.reject_extras and ("ignore_eos" in req or "min_tokens" in req):
+        return await _refuse(writer, served, 400, "unknown field ignore_eos")
     fault = prompt.split("FAULT=", 1)[1].split()[0] if "FAULT=" in prompt else None
     if fault == "500":
-        return await _plain(writer, 500, {"error": "injected failure"})
+        return await _refuse(writer, served, 500, "injected failure")
     if fault == "hang":
         await asyncio.sleep(3600)
     n = int(req.get("max_tokens", 16))
     usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n, "total_tokens": len(prompt.split()) + n}
+    # Deadlines on the loop's clock (what asyncio.sleep counts in), from the moment the body was read.
+    arrived = asyncio.get_running_loop().time() - (time.perf_counter() - received)
     if not req.get("stream"):
         await _until(arrived + cfg.ttft_s + (n - 1) * cfg.token_delay_s)
         text = "tok " * n
         choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
-        return await _plain(writer, 200, {"id": "x", "choices": [choice], "usage": usage})
+        keep = await _plain(writer, 200, {"id": "x", "choices": [choice], "usage": usage}, served, n)
+        served.end_s = time.perf_counter()
+        return keep
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
     if chat:  # a role-only first chunk: no content, so it must not start the clock
         _event(writer, {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
@@ -100,7 +136,8 @@ async def _respond(server: FakeServer, writer: asyncio.StreamWriter, method: str
         take = min(cfg.tokens_per_chunk, n - k)
         await _until(arrived + cfg.ttft_s + (k + take - 1) * cfg.token_delay_s)
         text = "tok " * take
-        _event(writer, {"choices": [{"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}]})
+        _event(writer, {"choices": [{"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}]},
+               served, take)
         k += take
         if fault == "drop":
             await writer.drain()
@@ -113,6 +150,7 @@ async def _respond(server: FakeServer, writer: asyncio.StreamWriter, method: str
     _chunk(writer, b"data: [DONE]\n\n")
     writer.write(b"0\r\n\r\n")
     await writer.drain()
+    served.end_s = time.perf_counter()
     return True
 
 
@@ -122,18 +160,38 @@ async def _until(deadline: float) -> None:
         await asyncio.sleep(delay)
 
 
-def _event(writer: asyncio.StreamWriter, obj: dict[str, Any]) -> None:
-    _chunk(writer, b"data: " + json.dumps(obj).encode() + b"\n\n")
+def _event(writer: asyncio.StreamWriter, obj: dict[str, Any], served: Served | None = None, tokens: int = 0) -> None:
+    """One SSE event; with `served`, a content write recorded there (`tokens` tokens)."""
+    _chunk(writer, b"data: " + json.dumps(obj).encode() + b"\n\n", served, tokens)
 
 
-def _chunk(writer: asyncio.StreamWriter, data: bytes) -> None:
-    writer.write(b"%x\r\n%s\r\n" % (len(data), data))
+def _chunk(writer: asyncio.StreamWriter, data: bytes, served: Served | None = None, tokens: int = 0) -> None:
+    framed = b"%x\r\n%s\r\n" % (len(data), data)
+    _stamp(served, tokens)
+    writer.write(framed)
 
 
-async def _plain(writer: asyncio.StreamWriter, status: int, obj: dict[str, Any]) -> bool:
+def _stamp(served: Served | None, tokens: int) -> None:
+    """Record a content write; called after encoding and right before write(), so nothing runs in between."""
+    if served is not None:
+        served.writes_s.append(time.perf_counter())
+        served.tokens.append(tokens)
+
+
+async def _refuse(writer: asyncio.StreamWriter, served: Served, status: int, error: str) -> bool:
+    served.status = status
+    keep = await _plain(writer, status, {"error": error})
+    served.end_s = time.perf_counter()
+    return keep
+
+
+async def _plain(writer: asyncio.StreamWriter, status: int, obj: dict[str, Any] | list[Any],
+                 served: Served | None = None, tokens: int = 0) -> bool:
     data = json.dumps(obj).encode()
-    writer.write(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                 % (status, len(data), data))
+    framed = b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (
+        status, len(data), data)
+    _stamp(served, tokens)
+    writer.write(framed)
     await writer.drain()
     return True
 

@@ -11,7 +11,8 @@ from gpuscout.cli.pick_view import merge_rates
 from gpuscout.cost.measured import MeasuredCost, cost_point, match_offers, price_measured
 from gpuscout.cost.pick import price_warnings
 from gpuscout.errors import SpecError
-from gpuscout.hardware.offers import ExchangeRate, load_price_sheet, parse_fx
+from gpuscout.hardware.currency import ExchangeRate, parse_fx
+from gpuscout.hardware.price_sheet import load_price_sheet
 from gpuscout.report.compare_render import render_json, render_markdown, render_table
 from gpuscout.results.compare import compare_results
 from gpuscout.results.schema import BenchResult

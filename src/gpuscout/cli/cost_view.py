@@ -11,7 +11,8 @@ from rich.console import Group, RenderableType
 from gpuscout.cost.billing import price_job
 from gpuscout.cost.calculator import billed_cost, plain_cost
 from gpuscout.errors import SpecError
-from gpuscout.hardware.offers import Offer, load_price_sheet
+from gpuscout.hardware.offers import Offer
+from gpuscout.hardware.price_sheet import load_price_sheet
 from gpuscout.report.cost_tables import bill_table, calculator_table
 
 

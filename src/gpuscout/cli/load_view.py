@@ -211,7 +211,7 @@ def _costs(result: BenchResult, *, offers: Path | None, offer: str | None,
         Console(stderr=True).print("[yellow]warning:[/] pricing is not available in this build; skipped.")
         return []
     if offer is not None:
-        from gpuscout.hardware.offers import load_price_sheet
+        from gpuscout.hardware.price_sheet import load_price_sheet
 
         if offers is None:
             raise SpecError("--offer needs --offers.", "The offer id is looked up in a price sheet.",

@@ -13,7 +13,8 @@ from gpuscout.cli.estimate_view import load_job_or_default, resolve_model
 from gpuscout.cost.billing import CostOptions
 from gpuscout.cost.pick import pick
 from gpuscout.errors import SpecError
-from gpuscout.hardware.offers import ExchangeRate, PriceSheet, load_price_sheet, parse_fx
+from gpuscout.hardware.currency import ExchangeRate, parse_fx
+from gpuscout.hardware.price_sheet import PriceSheet, load_price_sheet
 from gpuscout.hardware.skypilot import describe_import, import_skypilot_catalog
 from gpuscout.report.cost_tables import pick_table
 from gpuscout.units import parse_duration_s

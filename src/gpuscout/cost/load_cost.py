@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.errors import SpecError
-from gpuscout.hardware.offers import ExchangeRate, Offer, instance_price_per_hour, to_usd
+from gpuscout.hardware.currency import ExchangeRate, to_usd
+from gpuscout.hardware.offers import Offer, instance_price_per_hour
 from gpuscout.results.schema import Case
 
 HOUR_S = 3600.0

@@ -30,7 +30,8 @@ from gpuscout.cost.billing import CostOptions, JobCost, price_job
 from gpuscout.cost.pick import STALE_AFTER_DAYS, unit_costs
 from gpuscout.errors import GpuscoutError, SpecError
 from gpuscout.hardware.catalog import find_gpu
-from gpuscout.hardware.offers import ExchangeRate, Offer, to_usd
+from gpuscout.hardware.currency import ExchangeRate, to_usd
+from gpuscout.hardware.offers import Offer
 from gpuscout.results.compare import headline_metric
 from gpuscout.results.schema import BenchResult
 from gpuscout.results.verdict import CostPoint

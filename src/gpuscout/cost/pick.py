@@ -18,7 +18,8 @@ from gpuscout.errors import SpecError
 from gpuscout.estimator.memory import Job, Model, estimate_memory
 from gpuscout.estimator.speed import SpeedEstimate, estimate_speed
 from gpuscout.hardware.catalog import Gpu, find_gpu
-from gpuscout.hardware.offers import ExchangeRate, Offer, to_usd
+from gpuscout.hardware.currency import ExchangeRate, to_usd
+from gpuscout.hardware.offers import Offer
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
 
 STALE_AFTER_DAYS = 30

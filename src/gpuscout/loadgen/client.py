@@ -82,6 +82,9 @@ class LoadRun(BaseModel):
     endpoint: Endpoint
     stream: bool
     notes: tuple[str, ...] = ()
+    # time.perf_counter() at t0, the origin of every *_s time in `records`: CLOCK_MONOTONIC on Linux, one
+    # clock for every process on the host, so another process's timestamps (a server's) can be aligned.
+    t0_perf_counter_s: float | None = None
 
 
 def endpoint_url(url: str, endpoint: Endpoint) -> str:
@@ -183,7 +186,7 @@ async def run_load(url: str, model: str, workload: WorkloadLike, shape: LoadShap
     if measured and all(r.error and r.error.startswith("connect") for r in measured):
         notes += (f"every request failed to connect to {target}: is the server running and reachable?",)
     return LoadRun(records=tuple(records), shape=shape, started_at=started_at, wall_s=wall, client_cpu_s=cpu_s,
-                   url=target, model=model, endpoint=endpoint, stream=stream, notes=notes)
+                   url=target, model=model, endpoint=endpoint, stream=stream, notes=notes, t0_perf_counter_s=t0)
 
 
 def run_load_sync(url: str, model: str, workload: WorkloadLike, shape: LoadShape, **kwargs: Any) -> LoadRun:

@@ -25,7 +25,8 @@ from gpuscout.results.schema import Case, Metric
 from gpuscout.stats import percentile, summarize
 from gpuscout.workload.job import Slo
 
-MAX_LAG_S = 0.010  # P95 send lag beyond this: the client fell behind (Perf Analyzer warns at 1% late, docs/measurement.md §3.4)
+# P95 send lag beyond this: the client fell behind (Perf Analyzer warns at 1% late, docs/measurement.md §3.4).
+MAX_LAG_S = 0.010
 LAG_FRACTION = 0.05  # … or beyond 5% of the mean inter-arrival gap of an open-loop schedule
 LAG_FLOOR_S = 0.002  # but never stricter than the event loop's ~1 ms timer granularity allows
 MAX_ERROR_RATE = 0.01

@@ -53,8 +53,8 @@ from gpuscout.results.schema import Case, Metric, PeakMemory, Scalar
 MATMUL_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 CUDA_ONLY_DTYPES = frozenset({"tf32", "fp8"})
 # Side of the square matmul: 8192 keeps an H100/H200 busy for milliseconds per product (one
-# 8192³ bf16 product is 1.1 TFLOP, about 1.4 ms at 800 TFLOP/s). On a CPU 512 takes milliseconds in fp32/bf16; CPUs without fp16
-# arithmetic run fp16 products at a few GFLOP/s, so fp16 gets 256 there.
+# 8192³ bf16 product is 1.1 TFLOP, about 1.4 ms at 800 TFLOP/s). On a CPU 512 takes milliseconds in
+# fp32/bf16; CPUs without fp16 arithmetic run fp16 products at a few GFLOP/s, so fp16 gets 256 there.
 MATMUL_N_CUDA = 8192
 MATMUL_N_CPU = {"fp32": 512, "bf16": 512, "fp16": 256}
 MATMUL_INNER = {"cuda": 10, "cpu": 4}  # products per timed sample: launch overhead stays negligible

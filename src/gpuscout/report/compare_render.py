@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscout.cost.measured import MeasuredCost
-from gpuscout.hardware.offers import ExchangeRate
+from gpuscout.hardware.currency import ExchangeRate
 from gpuscout.report.console import gib
 from gpuscout.report.cost_tables import duration, usd
 from gpuscout.results.compare import (

@@ -1,0 +1,183 @@
+"""Price sheets: reading a TOML sheet or a SkyPilot catalog into offers, and finding an offer by id.
+
+A TOML sheet holds [[offer]] tables (with [[offer.storage]] and [[offer.egress_tiers]]) and
+optional [[exchange_rate]] tables; every field is documented in docs/cost.md §8. A SkyPilot
+`vms.csv` is imported as offers (`hardware.skypilot`). The bundled example sheet ships with the
+package, so `gpuscout pick` works from any folder.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping, Sequence
+from datetime import date
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from gpuscout.errors import SpecError, UnknownNameError
+from gpuscout.hardware.currency import ExchangeRate
+from gpuscout.hardware.offers import Offer
+from gpuscout.userfile import read_user_toml
+
+
+class PriceSheet(BaseModel):
+    """The offers read from one price sheet, plus any exchange rates it gives."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str
+    offers: tuple[Offer, ...]
+    exchange_rates: tuple[ExchangeRate, ...] = ()
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> PriceSheet:
+        duplicates = _duplicate_ids(self.offers)
+        if duplicates:
+            raise ValueError(f"duplicate offer ids: {', '.join(duplicates)}")
+        return self
+
+
+def _duplicate_ids(offers: Sequence[Offer]) -> list[str]:
+    ids = [offer.id for offer in offers]
+    return sorted({i for i in ids if ids.count(i) > 1})
+
+
+_TOP_LEVEL_KEYS = ("offer", "exchange_rate")
+
+
+def load_price_sheet(path: Path) -> PriceSheet:
+    """Read a TOML price sheet: [[offer]] tables (with [[offer.storage]], [[offer.egress_tiers]])
+    and optional [[exchange_rate]] tables. Every problem is a SpecError that names where it is."""
+    document = read_user_toml(path, "price sheet", "Check the path; examples/prices.example.toml shows the format.")
+    return parse_price_sheet(document, path=str(path))
+
+
+def parse_price_sheet(document: Mapping[str, Any], *, path: str = "price sheet") -> PriceSheet:
+    """Validate a price sheet already read into a dict (see `load_price_sheet`)."""
+    unknown = [key for key in document if key not in _TOP_LEVEL_KEYS]
+    if unknown:
+        raise SpecError(
+            f"{path} has unknown top-level keys: {', '.join(map(str, unknown))}.",
+            "A price sheet holds only [[offer]] and [[exchange_rate]] tables.",
+            "Write each offer as an [[offer]] table and each rate as an [[exchange_rate]] table.",
+        )
+    offer_tables = _tables(document, "offer", path)
+    if not offer_tables:
+        raise SpecError(
+            f"{path} has no offers.",
+            "A price sheet needs at least one [[offer]] table to rank.",
+            "Add [[offer]] tables; see examples/prices.example.toml.",
+        )
+    offers = tuple(parse_offer(table, origin=f"{path}: offer #{n}") for n, table in enumerate(offer_tables, 1))
+    duplicates = _duplicate_ids(offers)
+    if duplicates:
+        raise SpecError(
+            f"{path}: offer ids must be unique; repeated: {', '.join(duplicates)}.",
+            "Reports, comparisons and --offer filters refer to offers by id.",
+            "Give each [[offer]] its own id, e.g. with the region or tier appended.",
+        )
+    rates = tuple(
+        _parse_rate(table, origin=f"{path}: exchange_rate #{n}")
+        for n, table in enumerate(_tables(document, "exchange_rate", path), 1)
+    )
+    return PriceSheet(path=path, offers=offers, exchange_rates=rates)
+
+
+def _tables(document: Mapping[str, Any], key: str, path: str) -> list[Mapping[str, Any]]:
+    value = document.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, Mapping) for item in value):
+        raise SpecError(
+            f"{path}: `{key}` must be an array of tables.",
+            f"Each entry is written as a [[{key}]] table with key = value lines.",
+            f"Write [[{key}]] (double brackets) above each entry.",
+        )
+    return value
+
+
+def parse_offer(data: Mapping[str, Any], *, origin: str = "offer") -> Offer:
+    """Validate one offer table; errors name the offer id and the field."""
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{origin} is not a table.", "An offer is a set of key = value pairs.", "Use [[offer]].")
+    offer_id = data.get("id")
+    where = f"{origin} ({offer_id!r})" if isinstance(offer_id, str) else origin
+    try:
+        return Offer.model_validate(dict(data))
+    except ValidationError as exc:
+        raise _spec_error(where, "offer", exc) from None
+
+
+def _parse_rate(data: Mapping[str, Any], *, origin: str) -> ExchangeRate:
+    try:
+        return ExchangeRate.model_validate(dict(data))
+    except ValidationError as exc:
+        raise _spec_error(origin, "exchange rate", exc) from None
+
+
+_DATED_FIELDS = frozenset({"observed_at", "source"})
+
+
+def _spec_error(where: str, what: str, exc: ValidationError) -> SpecError:
+    problems: list[str] = []
+    missing_dating = False
+    for err in exc.errors():
+        loc = ".".join(str(part) for part in err["loc"]) or "(whole table)"
+        if err["type"] == "missing" and loc in _DATED_FIELDS:
+            missing_dating = True
+        problems.append(f"{loc}: {err['msg']}" + _input_hint(err))
+    fix = "Correct the named fields; examples/prices.example.toml shows every field."
+    if missing_dating:
+        fix = (
+            "Prices are dated: add observed_at = YYYY-MM-DD (the day you read the price) and "
+            'source = "URL or document" to every offer, so reports can say how old each price is.'
+        )
+    return SpecError(f"{where} is not a valid {what}.", "; ".join(problems), fix)
+
+
+def _input_hint(err: Any) -> str:
+    if err["type"] == "extra_forbidden":
+        return " (unknown key; check its spelling)"
+    if "input" in err and not isinstance(err["input"], (dict, list)):
+        shown = repr(err["input"])
+        return f" (got {shown[:60]})"
+    return ""
+
+
+
+
+def default_price_sheet() -> Path:
+    """The bundled example sheet (dated EXAMPLE observations, docs/prices.md)."""
+    return Path(str(resources.files("gpuscout").joinpath("examples", "prices.example.toml")))
+
+
+def load_offers(path: Path, *, cloud: str | None = None) -> tuple[PriceSheet, list[str]]:
+    """A TOML price sheet, or a SkyPilot catalog `vms.csv` (~/.sky/catalogs/<schema>/<cloud>/vms.csv),
+    and notes on how it was read.
+
+    A catalog's prices are dated by the file's modification time (SkyPilot refreshes the file when
+    it pulls a new catalog), and its cloud is the parent folder's name unless `cloud` says otherwise.
+    """
+    if path.suffix.lower() != ".csv":
+        return load_price_sheet(path), []
+    from gpuscout.hardware.skypilot import describe_import, import_skypilot_catalog
+
+    name = cloud or path.parent.name
+    observed = date.fromtimestamp(path.stat().st_mtime) if path.exists() else date.today()
+    imported = import_skypilot_catalog(path, cloud=name, observed_at=observed)
+    note = f"SkyPilot catalog {path} ({name}, prices as of {observed}): {describe_import(imported)}"
+    return PriceSheet(path=str(path), offers=imported.offers), [note]
+
+
+def find_offer(sheet: PriceSheet, offer_id: str) -> Offer:
+    """The offer with this id; an unknown id suggests the closest ones and lists the sheet's ids."""
+    for offer in sheet.offers:
+        if offer.id == offer_id:
+            return offer
+    ids = [o.id for o in sheet.offers]
+    close = difflib.get_close_matches(offer_id, ids, n=3)
+    shown = ", ".join(ids[:20]) + (f" … ({len(ids)} in all)" if len(ids) > 20 else "")
+    raise UnknownNameError(f"No offer {offer_id!r} in {sheet.path}.",
+                           "Offers are picked by the `id` of an [[offer]] in the price sheet.",
+                           (f"Did you mean {', '.join(close)}? " if close else "") + f"Ids: {shown}.")
