@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from gpuscout.cli.estimate_view import resolve_model
 from gpuscout.errors import SpecError
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.workload.job import load_job, parse_job
+from gpuscout.workload.jobs import resolve_job_model as resolve_model
 
 EXAMPLES = sorted(p for p in (Path(__file__).parent.parent / "examples").glob("*.toml")
                   if not p.name.startswith("prices"))

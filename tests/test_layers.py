@@ -28,7 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "cost": {"results", "estimator", "hardware", "workload"},
     "report": {"estimator", "measure", "trace", "loadgen", "results", "cost", "workload", "hardware"},
     "api": {"estimator", "torchmodel", "measure", "trace", "loadgen", "results", "cost", "workload", "hardware"},
-    "__init__": {"api"},
+    "__init__": {"api", "loadgen", "measure", "workload", "cost"},
     "__main__": {"cli"},
     "cli": {"api", "report", "estimator", "measure", "trace", "loadgen", "results", "cost", "workload", "hardware"},
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime
 
 from gpuscout.errors import SpecError
 
@@ -46,3 +47,14 @@ def parse_duration_s(text: str) -> float:
             "Write it like '12h', '90m' or '3600s'.",
         )
     return float(match.group(1)) * _SECOND_UNITS[unit or "s"]
+
+
+def parse_time_s(text: str, flag: str) -> float:
+    """ISO 8601 time → epoch seconds; a time without a zone is taken as UTC."""
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise SpecError(f"{flag} {text!r} is not an ISO 8601 time.",
+                        "gpuscout reads times as ISO 8601, e.g. 2025-06-01T12:00:00Z.",
+                        "Use e.g. 2025-06-01T12:00:00Z (a time without a zone is taken as UTC).") from None
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()

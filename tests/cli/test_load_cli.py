@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpuscout.results.store import load_result
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "load"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "loadgen"))
 
 from fake_openai import FakeConfig, serve_in_thread
 

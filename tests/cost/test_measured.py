@@ -10,9 +10,10 @@ import pytest
 
 from gpuscout.cost.billing import price_job
 from gpuscout.cost.measured import cost_point, match_offers, measured_work, price_measured
-from gpuscout.errors import SpecError
+from gpuscout.errors import SpecError, UnknownNameError
 from gpuscout.hardware.currency import ExchangeRate
 from gpuscout.hardware.offers import Offer
+from gpuscout.hardware.price_sheet import PriceSheet
 from gpuscout.results.schema import Case, Failure
 from results import A100, BASE_TPS, FINETUNE_JOB, bench_result, metric, train_case
 
@@ -104,28 +105,32 @@ def test_depth_slice_is_priced_at_the_extrapolated_throughput() -> None:
     assert work.work_s == pytest.approx(36_000_000 / (MEAN_TPS / 10))
 
 
+def sheet(offers: list[Offer]) -> PriceSheet:
+    return PriceSheet(path="test sheet", offers=tuple(offers))
+
+
 def test_offers_match_results_by_gpu_when_not_given() -> None:
     offers = [offer("h100"), offer("a100", gpu="a100-sxm4-80gb"), offer("h100-8x", gpu_count=8)]
     results = [bench_result("A"), bench_result("B", gpu=A100)]
-    assert [o.id for o in match_offers(results, offers, [])] == ["h100", "a100"]
+    assert [o.id for o in match_offers(results, sheet(offers), [])] == ["h100", "a100"]
     with pytest.raises(SpecError, match="Several offers match") as err:
-        match_offers(results, [*offers, offer("h100-other")], [])
+        match_offers(results, sheet([*offers, offer("h100-other")]), [])
     assert "--offer" in err.value.fix
     with pytest.raises(SpecError, match="No offer in the price sheet is for a100"):
-        match_offers(results, offers[:1], [])
+        match_offers(results, sheet(offers[:1]), [])
 
 
 def test_given_offer_ids_are_checked() -> None:
     offers = [offer("h100"), offer("a100", gpu="a100-sxm4-80gb")]
     results = [bench_result("A"), bench_result("B", gpu=A100)]
-    assert [o.id for o in match_offers(results, offers, ["h100", "a100"])] == ["h100", "a100"]
+    assert [o.id for o in match_offers(results, sheet(offers), ["h100", "a100"])] == ["h100", "a100"]
     with pytest.raises(SpecError, match="for 2 results"):
-        match_offers(results, offers, ["h100"])
-    with pytest.raises(SpecError, match="No offer 'h10'") as err:
-        match_offers(results, offers, ["h10", "a100"])
+        match_offers(results, sheet(offers), ["h100"])
+    with pytest.raises(UnknownNameError, match="No offer 'h10'") as err:
+        match_offers(results, sheet(offers), ["h10", "a100"])
     assert "h100" in err.value.fix
     with pytest.raises(SpecError, match="ran on h100-sxm5-80gb"):
-        match_offers(results, offers, ["a100", "h100"])
+        match_offers(results, sheet(offers), ["a100", "h100"])
 
 
 def test_gpu_count_mismatch_is_warned_not_rescaled() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpuscout.errors import SpecError
 from gpuscout.hardware.currency import ExchangeRate, parse_fx, to_usd
-from gpuscout.hardware.offers import Offer, gpu_price_per_hour, instance_price_per_hour, stale_offers
+from gpuscout.hardware.offers import Offer, gpu_price_per_hour, instance_price_per_hour, is_stale
 from gpuscout.hardware.price_sheet import PriceSheet, load_price_sheet, parse_offer, parse_price_sheet
 
 EXAMPLE_SHEET = Path(__file__).resolve().parents[2] / "examples" / "prices.example.toml"
@@ -133,8 +133,8 @@ def test_stale_offers_older_than_thirty_days() -> None:
     fresh = _offer(id="fresh", observed_at=TODAY - timedelta(days=30))
     old = _offer(id="old", observed_at=TODAY - timedelta(days=31))
     sheet = PriceSheet(path="x", offers=(fresh, old))
-    assert [offer.id for offer in stale_offers(sheet, TODAY)] == ["old"]
-    assert stale_offers(sheet, TODAY, max_age_days=60) == ()
+    assert [offer.id for offer in sheet.offers if is_stale(offer, TODAY)] == ["old"]
+    assert not any(is_stale(offer, TODAY, max_age_days=60) for offer in sheet.offers)
 
 
 # --- currencies ---------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ Raw asyncio HTTP/1.1 (keep-alive, chunked SSE), so its own overhead is tiny and 
   as a JSON list, for a server in another process.
 
 Run standalone (for benchmarks): `python tests/loadgen/fake_openai.py --ttft 0 --token-delay 0`
-prints `PORT <n>` and serves until interrupted.
+prints `PORT <n>` and serves until interrupted; `serve_in_process` does that for a test.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ import argparse
 import asyncio
 import contextlib
 import json
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -243,6 +245,37 @@ def serve_in_thread(config: FakeConfig | None = None) -> Iterator[FakeServer]:
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
+
+
+@dataclass(frozen=True)
+class FakeProcess:
+    """A fake server in its own process: its URL, and its records on demand."""
+
+    url: str
+
+    def records(self) -> list[Served]:
+        """What the server did so far (`GET /_records`), times on the client's clock (CLOCK_MONOTONIC)."""
+        import httpx  # here, not at the top: the server process itself never needs it
+
+        resp = httpx.get(f"{self.url}/_records", timeout=10, trust_env=False)
+        resp.raise_for_status()
+        return [Served(**obj) for obj in resp.json()]
+
+
+@contextlib.contextmanager
+def serve_in_process(ttft_s: float, token_delay_s: float) -> Iterator[FakeProcess]:
+    """Run the server in a subprocess (no GIL shared with the client, as a real server); always stop it."""
+    proc = subprocess.Popen([sys.executable, __file__, "--ttft", str(ttft_s), "--token-delay", str(token_delay_s)],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()  # "PORT <n>" once it listens
+        yield FakeProcess(f"http://127.0.0.1:{int(line.split()[1])}")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if proc.stdout:
+            proc.stdout.close()
 
 
 def main() -> None:

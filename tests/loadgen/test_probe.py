@@ -8,13 +8,14 @@ import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
-from gpuscout.cli.probe_view import run_probe
+from gpuscout import api
 from gpuscout.errors import GpuscoutError, SpecError
 from gpuscout.loadgen.probe import exchange, open_connection, parse_target, probe
+from gpuscout.report.probe import probe_table
 
 DOWNLOAD_BYTES = 1024 * 1024
 UPLOAD_BYTES = 256 * 1024
@@ -87,6 +88,12 @@ def server() -> Iterator[str]:
 @pytest.fixture
 def dropping_server() -> Iterator[str]:
     yield from _serve(DroppingHandler)
+
+
+def run_probe(url: str, **options: Any) -> tuple[dict[str, Any], object]:
+    """The library call the command makes, and the table it renders."""
+    result = api.probe(url, **options)
+    return result.model_dump(mode="json"), probe_table(result)
 
 
 def test_probe_measures_everything(server: str) -> None:

@@ -1,6 +1,6 @@
-"""The thin shell: parse → call one library function → render → exit code.
+"""The thin shell: parse the options → call one `gpuscout.api` function → render with `gpuscout.report`.
 
-Heavy modules (the estimator, rich tables, torch for --trace) are imported inside the commands,
+Heavy modules (the estimator, torch for --trace, httpx for load) are imported inside the commands,
 so `gpuscout --help` stays fast. User errors print their three parts and exit 1, no traceback.
 """
 
@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 
 from gpuscout.errors import GpuscoutError
 
@@ -24,20 +26,29 @@ app = typer.Typer(
 )
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+WideFlag = Annotated[bool, typer.Option("--wide", help="Every column, however wide the terminal.")]
+JobArg = Annotated[str | None, typer.Argument(
+    metavar="JOB", help="Job spec (TOML path) or a shipped example's name; without it, the built-in default job.")]
 
 
 @app.command()
 def gpus(as_json: JsonFlag = False) -> None:
     """List the GPU catalog: memory, bandwidth, dense peaks, interconnect, open verification marks."""
-    from gpuscout.hardware.catalog import load_catalog
+    from gpuscout import api
+    from gpuscout.report.catalog import gpu_table
+    from gpuscout.report.payload import catalog_payload
 
-    catalog = load_catalog()
-    if as_json:
-        _print_json([g.model_dump() for g in catalog])
-        return
-    from gpuscout.report.console import gpu_table
+    catalog = api.gpus()
+    _emit(lambda: catalog_payload(catalog), lambda: gpu_table(catalog), as_json)
 
-    _console().print(gpu_table(catalog))
+
+@app.command()
+def examples() -> None:
+    """List the example job specs and price sheet shipped with gpuscout, and where they are."""
+    from gpuscout.report.examples import examples_table
+    from gpuscout.workload.jobs import examples_dir
+
+    _console().print(examples_table(examples_dir()))
 
 
 @app.command()
@@ -47,44 +58,52 @@ def model(
     as_json: JsonFlag = False,
 ) -> None:
     """Show a model's shape: layers, heads, experts, parameters, weight bytes, KV cache per token."""
-    from gpuscout.cli.model_view import list_view, model_view
-
     if list_presets or not ref:
-        payload, renderable = list_view()
-    else:
-        payload, renderable = model_view(ref)
-    if as_json:
-        _print_json(payload)
-    else:
-        _console().print(renderable)
+        from gpuscout.report.model import preset_table
+        from gpuscout.workload.image import image_preset_ids
+        from gpuscout.workload.presets import llm_presets
+
+        presets, images = llm_presets(), image_preset_ids()
+        _emit(lambda: {"llm": [p.id for p in presets], "image": list(images)}, lambda: preset_table(presets, images),
+              as_json)
+        return
+    from gpuscout import api
+    from gpuscout.report.model import model_screen
+    from gpuscout.report.payload import model_payload
+
+    report = api.describe_model(ref)
+    _emit(lambda: model_payload(report.shape, report.weight_bytes_by_format, report.kv_bytes_per_token_by_dtype),
+          lambda: model_screen(report.shape, report.weight_bytes_by_format, report.kv_bytes_per_token_by_dtype),
+          as_json)
 
 
 @app.command()
 def estimate(
-    job_path: Annotated[Path | None, typer.Argument(metavar="JOB.toml",
-                                                    help="Job spec; without it, the built-in default job.")] = None,
+    job: JobArg = None,
     gpu: Annotated[list[str] | None, typer.Option("--gpu", "-g",
                                                   help="GPU to detail (repeatable); default: every GPU.")] = None,
     trace: Annotated[bool, typer.Option("--trace", help="Also trace the real model step (needs torch).")] = False,
     layers: Annotated[int | None, typer.Option("--layers", help="Trace only K layers (faster).")] = None,
+    wide: WideFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Memory per GPU: breakdown, fit and headroom, what to change, and the largest sizes that fit."""
-    from gpuscout.cli.estimate_view import run_estimate
+    from gpuscout import api
+    from gpuscout.report.estimate import estimate_screen
+    from gpuscout.report.payload import estimate_payload
 
-    payload, renderable = run_estimate(job_path, gpu or [], trace=trace, trace_layers=layers)
-    if as_json:
-        _print_json(payload)
-    else:
-        _console().print(renderable)
+    report = api.estimate(job, gpus=gpu or (), trace=trace, trace_layers=layers)
+    _emit(lambda: estimate_payload(report.job, report.screening, report.trace, report.trace_analytic),
+          lambda: estimate_screen(report.screening, detailed=report.detailed, wide=wide, trace=report.trace,
+                                  trace_analytic=report.trace_analytic, trace_scope=report.trace_scope,
+                                  trace_skipped=report.trace_skipped), as_json)
 
 
 @app.command()
 def pick(
-    job_path: Annotated[Path | None, typer.Argument(metavar="JOB.toml",
-                                                    help="Job spec; without it, the built-in default job.")] = None,
-    offers: Annotated[Path, typer.Option("--offers", help="Price sheet (TOML) or SkyPilot catalog vms.csv.")] = Path(
-        "examples/prices.example.toml"),
+    job: JobArg = None,
+    offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet (TOML) or SkyPilot catalog vms.csv; "
+                                                "default: the bundled example sheet.")] = None,
     cloud: Annotated[str | None, typer.Option(help="Cloud of a SkyPilot vms.csv (default: its folder).")] = None,
     deadline: Annotated[str | None, typer.Option(help="Exclude offers slower than this, e.g. 12h.")] = None,
     budget: Annotated[float | None, typer.Option(help="Exclude offers dearer than this many USD.")] = None,
@@ -92,18 +111,19 @@ def pick(
     egress_gb: Annotated[float, typer.Option(help="Data moved out of the machine, GB.")] = 0.0,
     failed_attempts: Annotated[float, typer.Option(help="Expected failed attempts before success.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the spot simulation.")] = 0,
+    wide: WideFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Rank offers by the total cost of the whole job: fit, runtime, bill, $/unit, SLO, Pareto frontier."""
-    from datetime import date
+    from gpuscout import api
+    from gpuscout.cost.billing import cost_options
+    from gpuscout.report.payload import pick_payload
+    from gpuscout.report.pick import pick_screen
 
-    from gpuscout.cli.pick_view import run_pick
-    from gpuscout.cost.billing import CostOptions
-
-    options = CostOptions(egress_gb=egress_gb, failed_attempts=failed_attempts, seed=seed)
-    payload, renderable = run_pick(job_path, offers, deadline=deadline, budget=budget, fx=fx or [],
-                                   options=options, today=date.today(), cloud=cloud)
-    _emit(payload, renderable, as_json)
+    report = api.pick(job, offers=offers, cloud=cloud, deadline=deadline, budget_usd=budget, fx=fx or (),
+                      options=cost_options(egress_gb=egress_gb, failed_attempts=failed_attempts, seed=seed))
+    _emit(lambda: pick_payload(report.job, report.pick, report.offers_notes),
+          lambda: pick_screen(report.pick, report.offers_notes, wide=wide), as_json)
 
 
 @app.command()
@@ -123,21 +143,27 @@ def cost(
     as_json: JsonFlag = False,
 ) -> None:
     """Plain calculator: total = price × GPUs × hours + storage + transfer + retries (and the real bill)."""
-    from gpuscout.cli.cost_view import run_cost
+    from gpuscout import api
+    from gpuscout.report.payload import bill_payload, calculator_payload
+    from gpuscout.report.pick import bill_table, calculator_table
 
-    billing = {"increment_s": increment_s, "min_billed_s": min_billed_s, "startup_s": startup_s,
-               "idle_tail_s": idle_tail_s}
-    if increment_s or min_billed_s or startup_s or idle_tail_s:
-        billing["increment_s"] = increment_s or 1.0
-    payload, renderable = run_cost(usd_per_gpu_hour=usd_per_gpu_hour, gpus=gpus, hours=hours,
-                                   storage_usd=storage_usd, transfer_usd=transfer_usd, retry_usd=retry_usd,
-                                   billing=billing, offers_path=offers, offer_id=offer)
-    _emit(payload, renderable, as_json)
+    report = api.cost(hours=hours, usd_per_gpu_hour=usd_per_gpu_hour, gpus=gpus, storage_usd=storage_usd,
+                      transfer_usd=transfer_usd, retry_usd=retry_usd, increment_s=increment_s,
+                      min_billed_s=min_billed_s, startup_s=startup_s, idle_tail_s=idle_tail_s, offers=offers,
+                      offer=offer)
+    if report.offer is not None and report.bill is not None:
+        the_offer, bill = report.offer, report.bill
+        _emit(lambda: bill_payload(the_offer, bill),
+              lambda: bill_table(bill, f"{the_offer.id}: {report.hours:g} h of work, as billed"), as_json)
+        return
+    assert report.plain is not None
+    plain = report.plain
+    _emit(lambda: calculator_payload(plain, report.billed), lambda: calculator_table(plain, report.billed), as_json)
 
 
 @app.command()
 def bench(
-    job_path: Annotated[Path | None, typer.Argument(metavar="JOB.toml", help="Job spec to measure.")] = None,
+    job: Annotated[str | None, typer.Argument(metavar="JOB", help="Job spec (path or example name).")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here.")] = None,
     device: Annotated[str, typer.Option(help="auto | cuda | cpu.")] = "auto",
     warmup: Annotated[int, typer.Option(help="Untimed warm-up iterations per case.")] = 2,
@@ -149,13 +175,34 @@ def bench(
     seed: Annotated[int, typer.Option(help="Seed of the synthetic data.")] = 0,
     as_json: JsonFlag = False,
 ) -> None:
-    """Measure the job's real task on this machine: every case in its own process, fixed variables recorded."""
-    from gpuscout.cli.bench_view import run_bench_command
+    """Measure the job's real task on this machine: every case in its own process, fixed variables recorded.
 
-    payload, renderable = run_bench_command(job_path, output=output, device=device, warmup=warmup, repeats=repeats,
-                                            layers=layers, probe=probe, dataset=dataset, created_at=created_at,
-                                            seed=seed)
-    _emit(payload, renderable, as_json)
+    Ctrl-C stops the run after killing the case in flight; what finished is still written
+    (complete=false), the tables go to stderr and the command exits 130 (128 + SIGINT).
+    """
+    from gpuscout import api
+    from gpuscout.errors import SpecError
+    from gpuscout.measure.harness import bench_settings
+    from gpuscout.report.bench import bench_screen
+    from gpuscout.report.payload import bench_payload
+    from gpuscout.units import parse_time_s
+
+    if job is None and not probe:
+        raise SpecError("bench needs a job spec.", "It measures your real task, which the spec describes.",
+                        "Pass a job spec, e.g. tiny-finetune or tiny-inference (`gpuscout examples`), or --probe "
+                        "alone for the machine probes.")
+    if dataset is not None and not dataset.is_file():
+        raise SpecError(f"No dataset file at {dataset}.", "--dataset names the data to feed the model.",
+                        'Pass a JSON Lines file with a "text" field per line, or a plain-text file.')
+    settings = bench_settings(device=device, warmup=warmup, repeats=repeats, layers=layers, seed=seed,
+                              dataset=str(dataset.resolve()) if dataset else None,
+                              created_at=parse_time_s(created_at, "--created-at") if created_at else None)
+    report = api.bench(job, settings=settings, probe=probe, output=output, progress=True)
+    screen = bench_screen(report.result, report.estimate, report.output)
+    if report.interrupted:
+        Console(stderr=True).print(screen)
+        raise typer.Exit(130)
+    _emit(lambda: bench_payload(report.result, report.estimate), lambda: screen, as_json)
 
 
 @app.command()
@@ -168,14 +215,20 @@ def compare(
     fx: Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit.")] = None,
 ) -> None:
     """Compare results side by side: fairness check, ratios with 95% CIs, cost per job, and a verdict."""
-    from gpuscout.cli.compare_view import run_compare
+    from gpuscout import api
+    from gpuscout.errors import SpecError
+    from gpuscout.report.compare import render_json, render_markdown, render_table
 
-    text = run_compare(results, offers_path=offers, offer_ids=offer or [], fmt=fmt, allow_diff=allow_diff,
-                       fx=fx or [])
-    if isinstance(text, str):
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    renderers = {"table": render_table, "md": render_markdown, "json": render_json}
+    if fmt not in renderers:
+        raise SpecError(f"Unknown format {fmt!r}.", "compare writes a rich table, Markdown or JSON.",
+                        "Use --format table, md or json.")
+    report = api.compare(results, offers=offers, offer_ids=offer or (), allow_diff=allow_diff, fx=fx or ())
+    out = renderers[fmt](report.comparison, report.verdict, report.costs, notes=report.warnings, rates=report.rates)
+    if isinstance(out, str):
+        sys.stdout.write(out if out.endswith("\n") else out + "\n")
     else:
-        _console().print(text)
+        _console().print(out)
 
 
 @app.command()
@@ -210,19 +263,36 @@ def load(
     offer: Annotated[str | None, typer.Option("--offer", help="Offer id of the server machine.")] = None,
     usd_per_hour: Annotated[float | None, typer.Option(help="Server price, USD per hour.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here.")] = None,
+    wide: WideFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Load-test an OpenAI-compatible endpoint fairly: TTFT, TPOT, throughput, goodput, validity, cost."""
-    from gpuscout.cli.load_view import run_load_command
+    """Load-test an OpenAI-compatible endpoint fairly: TTFT, TPOT, throughput, goodput, validity, cost.
 
-    payload, renderable = run_load_command(
-        url, model=model, endpoint=endpoint, stream=not no_stream, concurrency=concurrency, rate=rate,
-        arrival=arrival, burstiness=burstiness, requests=requests, duration=duration, warmup=warmup,
-        prompt_tokens=prompt_tokens, prompt_dist=prompt_dist, prompt_spread=prompt_spread,
-        output_tokens=output_tokens, dataset=dataset, tokenizer=tokenizer, seed=seed, api_key_env=api_key_env,
-        timeout_s=timeout, sweep=sweep, search=search, ttft_p95=ttft_p95, tpot_p95=tpot_p95, e2e_p95=e2e_p95,
-        percentile=percentile, offers=offers, offer=offer, usd_per_hour=usd_per_hour, output=output)
-    _emit(payload, renderable, as_json)
+    The result is written atomically with -o FILE, and the workload beside it as FILE.workload.json
+    (its sha256 recorded), so the run can be repeated exactly.
+    """
+    from gpuscout import api
+    from gpuscout.loadgen.plan import make_plan, parse_levels
+    from gpuscout.report.load import load_progress, load_screen, load_warnings
+    from gpuscout.report.payload import load_payload
+    from gpuscout.units import parse_duration_s
+    from gpuscout.workload.job import Slo
+
+    slo = Slo(ttft_p95_s=ttft_p95, tpot_p95_s=tpot_p95, e2e_p95_s=e2e_p95) if (ttft_p95 or tpot_p95 or e2e_p95) \
+        else None
+    plan = make_plan(url=url, model=model, endpoint=endpoint, stream=not no_stream, concurrency=concurrency, rate=rate,
+                     arrival=arrival, burstiness=burstiness, requests=requests,
+                     duration_s=parse_duration_s(duration) if duration else None, warmup=warmup,
+                     prompt_tokens=prompt_tokens, prompt_dist=prompt_dist, prompt_spread=prompt_spread,
+                     output_tokens=output_tokens, dataset=dataset, tokenizer=tokenizer, seed=seed,
+                     api_key_env=api_key_env, timeout_s=timeout, sweep=parse_levels(sweep) if sweep else (),
+                     search=search, slo=slo, percentile=percentile)
+    report = api.load(plan, output=output, offers=offers, offer=offer, usd_per_hour=usd_per_hour,
+                      progress=load_progress if sys.stderr.isatty() else None)
+    load_warnings(report.result, Console(stderr=True))
+    _emit(lambda: load_payload(report.result, report.costs, report.search),
+          lambda: load_screen(report.result, output=report.output, costs=report.costs, search=report.search,
+                              wide=wide), as_json)
 
 
 @app.command()
@@ -234,26 +304,22 @@ def probe(
     as_json: JsonFlag = False,
 ) -> None:
     """Network probe: connect and HTTP round-trip P50/P95, throughput, reconnect time after a drop."""
-    try:
-        from gpuscout.cli.probe_view import run_probe
-    except ImportError:
-        raise GpuscoutError("`gpuscout probe` is not available in this build.",
-                            "gpuscout.cli.probe_view is missing.", "Update gpuscout.") from None
-    payload, renderable = run_probe(url, repeats=repeats, download_url=download_url, upload_url=upload_url,
-                                    as_json=as_json)
-    _emit(payload, renderable, as_json)
+    from gpuscout import api
+    from gpuscout.report.probe import probe_table
+
+    result = api.probe(url, repeats=repeats, download_url=download_url, upload_url=upload_url)
+    _emit(lambda: result.model_dump(mode="json"), lambda: probe_table(result), as_json)
 
 
-def _emit(payload: Any, renderable: Any, as_json: bool) -> None:
+def _emit(payload: Callable[[], Any], renderable: Callable[[], Any], as_json: bool) -> None:
+    """Print the JSON payload or the rendered screen; only the one asked for is built."""
     if as_json:
-        _print_json(payload)
+        _print_json(payload())
     else:
-        _console().print(renderable)
+        _console().print(renderable())
 
 
-def _console() -> Any:
-    from rich.console import Console
-
+def _console() -> Console:
     return Console()
 
 

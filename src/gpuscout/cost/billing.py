@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuscout.cost.billed_time import billed_seconds
 from gpuscout.cost.spot import SpotOutcome, expected_spot_run, simulate_spot_run
+from gpuscout.errors import SpecError
 from gpuscout.hardware.offers import EgressTier, Offer, StorageItem, instance_price_per_hour
 
 HOUR_S = 3600.0
@@ -35,6 +36,17 @@ class CostOptions(BaseModel):
     failure_progress: float = Field(0.5, ge=0, le=1)  # share of the work a failed attempt gets through
     spot_samples: int = Field(2000, ge=100)  # Monte Carlo runs for the spot P95
     seed: int = 0
+
+
+def cost_options(**options: float) -> CostOptions:
+    """`CostOptions` from keyword options; an invalid one is a SpecError naming its flag."""
+    try:
+        return CostOptions(**options)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        flag = "--" + str(first["loc"][0]).replace("_", "-")
+        raise SpecError(f"{flag} {first.get('input')!r}: {first['msg']}.",
+                        "Data moved and failed attempts are amounts: zero or more.", f"Pass {flag} ≥ 0.") from None
 
 
 class CostLine(BaseModel):

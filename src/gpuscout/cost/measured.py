@@ -20,18 +20,18 @@ measure one device and no replicas are assumed (a warning says so).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Sequence
 from datetime import date
 
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.cost.billing import CostOptions, JobCost, price_job
-from gpuscout.cost.pick import STALE_AFTER_DAYS, unit_costs
+from gpuscout.cost.pick import unit_costs
 from gpuscout.errors import GpuscoutError, SpecError
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.currency import ExchangeRate, to_usd
-from gpuscout.hardware.offers import Offer
+from gpuscout.hardware.offers import Offer, is_stale
+from gpuscout.hardware.price_sheet import PriceSheet, find_offer
 from gpuscout.results.compare import headline_metric
 from gpuscout.results.schema import BenchResult
 from gpuscout.results.verdict import CostPoint
@@ -139,7 +139,7 @@ def price_measured(result: BenchResult, offer: Offer, *, rates: Sequence[Exchang
                      for s in (work.work_low_s, work.work_high_s))
     return MeasuredCost(offer_id=offer.id, provider=offer.provider, tier=offer.tier, gpu_sku=offer.gpu,
                         gpu_count=offer.gpu_count, currency=offer.currency, observed_at=offer.observed_at,
-                        stale=(today - offer.observed_at).days > STALE_AFTER_DAYS, example=offer.example,
+                        stale=is_stale(offer, today), example=offer.example,
                         work=work, cost=cost, total_usd=total, total_p95_usd=p95, low_usd=low, high_usd=high,
                         unit_costs_usd=unit_costs(job, total), warnings=offer_warnings(result, job, offer))
 
@@ -175,24 +175,26 @@ def result_sku(result: BenchResult) -> str | None:
         return sku
 
 
-def match_offers(results: Sequence[BenchResult], offers: Sequence[Offer], offer_ids: Sequence[str]) -> list[Offer]:
+def price_results(results: Sequence[BenchResult], sheet: PriceSheet, offer_ids: Sequence[str], *,
+                  rates: Sequence[ExchangeRate], today: date) -> list[MeasuredCost]:
+    """The whole job's bill on each result's offer (`match_offers`), at its measured throughput."""
+    offers = match_offers(results, sheet, offer_ids)
+    return [price_measured(r, o, rates=rates, today=today) for r, o in zip(results, offers, strict=True)]
+
+
+def match_offers(results: Sequence[BenchResult], sheet: PriceSheet, offer_ids: Sequence[str]) -> list[Offer]:
     """One offer per result: the ids given, in order, or the single offer for each result's GPU."""
     if not offer_ids:
-        return [auto_offer(r, offers) for r in results]
+        return [auto_offer(r, sheet.offers) for r in results]
     if len(offer_ids) != len(results):
         raise SpecError(f"{len(offer_ids)} --offer id(s) for {len(results)} results.",
                         "Each result is priced with its own offer, matched by position.",
                         "Pass one --offer ID per result in the same order, or omit --offer to match by GPU.")
-    return [given_offer(r, oid, offers) for r, oid in zip(results, offer_ids, strict=True)]
+    return [given_offer(r, oid, sheet) for r, oid in zip(results, offer_ids, strict=True)]
 
 
-def given_offer(result: BenchResult, offer_id: str, offers: Sequence[Offer]) -> Offer:
-    by_id = {o.id: o for o in offers}
-    if offer_id not in by_id:
-        close = difflib.get_close_matches(offer_id, list(by_id), n=3)
-        hint = f"Did you mean {', '.join(close)}?" if close else f"Known ids: {', '.join(list(by_id)[:8])} …"
-        raise SpecError(f"No offer {offer_id!r} in the price sheet.", "--offer names an [[offer]] id.", hint)
-    offer, sku = by_id[offer_id], result_sku(result)
+def given_offer(result: BenchResult, offer_id: str, sheet: PriceSheet) -> Offer:
+    offer, sku = find_offer(sheet, offer_id), result_sku(result)
     if sku is not None and offer.gpu != sku:
         raise SpecError(f"Offer {offer_id} is for {offer.gpu}, but {result.name} ran on {sku}.",
                         "The cost comes from the throughput measured on that GPU; another GPU runs at another speed.",

@@ -19,10 +19,9 @@ from gpuscout.estimator.memory import Job, Model, estimate_memory
 from gpuscout.estimator.speed import SpeedEstimate, estimate_speed
 from gpuscout.hardware.catalog import Gpu, find_gpu
 from gpuscout.hardware.currency import ExchangeRate, to_usd
-from gpuscout.hardware.offers import Offer
+from gpuscout.hardware.offers import Offer, is_stale, price_warnings
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
 
-STALE_AFTER_DAYS = 30
 THROUGHPUTS = frozenset({"output_tokens_per_s", "requests_per_s", "images_per_s", "tokens_per_s", "samples_per_s"})
 
 
@@ -84,19 +83,6 @@ def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[Exc
                       warnings=price_warnings(offers, today))
 
 
-def price_warnings(offers: Sequence[Offer], today: date) -> tuple[str, ...]:
-    out = []
-    stale = [o for o in offers if (today - o.observed_at).days > STALE_AFTER_DAYS]
-    if stale:
-        oldest = min(o.observed_at for o in stale)
-        out.append(f"{len(stale)} of {len(offers)} prices are older than {STALE_AFTER_DAYS} days "
-                   f"(oldest observed {oldest}); check them before you rent.")
-    if any(o.example for o in offers):
-        out.append("EXAMPLE prices: this sheet holds bundled example observations, not today's prices. "
-                   "Put your own quotes in a price sheet.")
-    return tuple(out)
-
-
 def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRate], deadline_s: float | None,
                 budget_usd: float | None, today: date, options: CostOptions | None) -> PickRow:
     gpu = find_gpu(offer.gpu)
@@ -125,7 +111,7 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
 def _row_base(offer: Offer, today: date) -> dict[str, object]:
     return {"offer_id": offer.id, "provider": offer.provider, "tier": offer.tier, "gpu_sku": offer.gpu,
             "gpu_count": offer.gpu_count, "currency": offer.currency, "observed_at": offer.observed_at,
-            "stale": (today - offer.observed_at).days > STALE_AFTER_DAYS, "gpus_needed": None, "runtime_s": None,
+            "stale": is_stale(offer, today), "gpus_needed": None, "runtime_s": None,
             "runtime_low_s": None, "runtime_high_s": None, "bound": None, "total_usd": None,
             "total_p95_usd": None, "unit_costs_usd": {}, "slo_met": None, "metrics": {}}
 

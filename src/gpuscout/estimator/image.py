@@ -51,11 +51,11 @@ from __future__ import annotations
 
 from gpuscout.estimator import overhead
 from gpuscout.estimator.breakdown import MemoryBreakdown, MemoryTerm, term, total_bytes
-from gpuscout.estimator.validate import validate_image_job
 from gpuscout.hardware.catalog import Gpu, usable_memory_bytes
 from gpuscout.workload.image import ImageComponent, ImageModelShape
 from gpuscout.workload.job import ImageJob
 from gpuscout.workload.shape import DTYPE_BYTES
+from gpuscout.workload.validate import validate_image_job
 
 # Fitted to FakeTensor traces (see the module docstring); the sd2R figure of 18
 # (docs/estimator.md §2.10, one real FLUX OOM) was 3× the traced 6.0 at every size and dtype.

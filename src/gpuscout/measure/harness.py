@@ -18,9 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpuscout.errors import UnsupportedHere
+from gpuscout.errors import SpecError, UnsupportedHere
 from gpuscout.results.schema import Case, Failure, FailureKind, Metric, Scalar
 from gpuscout.stats import summarize
 
@@ -40,6 +40,16 @@ class BenchSettings(BaseModel):
     dataset: str | None = None  # a JSONL/text file of the user's data; None = synthetic seeded tokens
     created_at: float | None = None  # epoch seconds the machine was created (startup "since creation")
     timeout_s: float = Field(1800.0, gt=0)  # per case
+
+
+def bench_settings(**options: Any) -> BenchSettings:
+    """`BenchSettings` from keyword options; an invalid one is a SpecError naming it."""
+    try:
+        return BenchSettings(**options)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise SpecError(f"--{first['loc'][0]}: {first['msg']}.", "bench needs repeats ≥ 1, warmup ≥ 0, layers ≥ 1.",
+                        "Correct the option.") from None
 
 
 @dataclass(frozen=True)
@@ -203,8 +213,6 @@ def derived_metric(name: str, unit: str, samples: list[float], *, higher_is_bett
 
 def resolve_device(requested: str) -> str:
     """'auto' → 'cuda' when torch sees a GPU, else 'cpu'; 'cuda' without one is a user error."""
-    from gpuscout.errors import SpecError
-
     if requested not in ("auto", "cuda", "cpu"):
         raise SpecError(f"Unknown device {requested!r}.", "gpuscout benchmarks on a CUDA GPU or the CPU.",
                         "Use --device auto, cuda or cpu.")

@@ -15,8 +15,8 @@ from rich.text import Text
 
 from gpuscout.cost.measured import MeasuredCost
 from gpuscout.hardware.currency import ExchangeRate
-from gpuscout.report.console import gib
-from gpuscout.report.cost_tables import duration, usd
+from gpuscout.report.numbers import gib
+from gpuscout.report.pick import duration, usd
 from gpuscout.results.compare import (
     CaseRow,
     Comparison,

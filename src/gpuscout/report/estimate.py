@@ -1,8 +1,8 @@
-"""Console rendering with rich. Pure: takes results, returns renderables. Units converted here only."""
+"""`gpuscout estimate`: the screening table, one GPU's breakdown, fixes and speed, and the trace beside."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -11,85 +11,8 @@ from rich.text import Text
 from gpuscout.estimator.breakdown import MemoryBreakdown, bytes_by_category
 from gpuscout.estimator.screen import GpuVerdict, Screening
 from gpuscout.estimator.speed import SpeedEstimate
-from gpuscout.hardware.catalog import Gpu
-from gpuscout.workload.image import ImageModelShape
-from gpuscout.workload.shape import ModelShape
-
-GIB = 1024**3
-
-
-def gib(nbytes: float) -> str:
-    return f"{nbytes / GIB:,.2f} GiB"
-
-
-def count(n: int) -> str:
-    """12,345,678,901 → '12.35 B'."""
-    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return str(n)
-
-
-def gpu_table(gpus: Sequence[Gpu]) -> Table:
-    table = Table(title="GPU catalog (dense peaks; sources in gpus.toml)")
-    for col in ("SKU", "name", "memory", "visible", "bandwidth", "bf16", "fp8", "interconnect", "verify"):
-        table.add_column(col, overflow="fold")
-    for g in gpus:
-        table.add_row(
-            g.sku, g.name, f"{g.memory_bytes / 1e9:.0f} GB",
-            gib(g.memory_visible_bytes) if g.memory_visible_bytes else "-",
-            f"{g.memory_bandwidth_bytes_per_s / 1e12:.2f} TB/s", _tflops(g.bf16_flops_per_s),
-            _tflops(g.fp8_flops_per_s), g.interconnect, ", ".join(g.verify) or "",
-        )
-    return table
-
-
-def _tflops(value: float | None) -> str:
-    return f"{value / 1e12:,.1f} TF" if value else "—"
-
-
-def model_table(shape: ModelShape) -> Table:
-    table = Table(title=f"{shape.name} ({shape.family})", show_header=False)
-    table.add_column("field")
-    table.add_column("value")
-    experts = f"{shape.num_experts} (top-{shape.experts_per_token})" if shape.num_experts else "-"
-    expert_width = f" (experts {shape.moe_intermediate_size})" if shape.num_experts else ""
-    rows = [
-        ("source", shape.source),
-        ("layers / hidden", f"{shape.num_layers} / {shape.hidden_size}"),
-        ("heads / KV heads / head_dim", f"{shape.num_attention_heads} / {shape.num_kv_heads} / {shape.head_dim}"),
-        ("FFN width", f"{shape.intermediate_size}{expert_width}"),
-        ("experts", experts),
-        ("vocab / tied embeddings", f"{shape.vocab_size:,} / {shape.tie_word_embeddings}"),
-        ("max context", f"{shape.max_position_embeddings:,}"),
-        ("params total / active", f"{shape.params_total:,} / {shape.params_active:,}"),
-        ("attention layers", ", ".join(f"{a.count}× {a.kind}" + (f" (window {a.window})" if a.window else "")
-                                       for a in shape.attention)),
-    ]
-    for label, value in rows:
-        table.add_row(label, value)
-    return table
-
-
-def weights_table(weight_bytes: Mapping[str, int], kv_per_token: Mapping[str, int]) -> Table:
-    table = Table(title="Weights and KV cache")
-    table.add_column("format")
-    table.add_column("weights", justify="right")
-    table.add_column("KV cache per token", justify="right")
-    for fmt, nbytes in weight_bytes.items():
-        kv = kv_per_token.get(fmt)
-        table.add_row(fmt, gib(nbytes), f"{kv:,} B" if kv is not None else "-")
-    return table
-
-
-def image_model_table(model: ImageModelShape) -> Table:
-    table = Table(title=f"{model.name} ({model.family}, {model.denoiser_kind})")
-    for col in ("component", "class", "params", "default dtype"):
-        table.add_column(col)
-    for c in model.components:
-        table.add_row(c.name, c.class_name, f"{c.params:,}", c.default_dtype)
-    table.add_row("total", "", f"{model.params_total:,}", "")
-    return table
+from gpuscout.report.numbers import GIB, duration, gib
+from gpuscout.trace.llm import TraceResult
 
 
 def screening_table(screening: Screening) -> Table:
@@ -115,16 +38,6 @@ def _job_time(v: GpuVerdict) -> str:
         return "-"
     s = v.speed
     return f"{duration(s.job_s)} ({duration(s.job_low_s)}–{duration(s.job_high_s)})"
-
-
-def duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 3 * 86400:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
 
 
 def _num(nbytes: int) -> str:
@@ -227,3 +140,30 @@ def trace_table(analytic: MemoryBreakdown, traced: Mapping[str, int], traced_tot
     table.add_row("GPU-only overheads (analytic only)", gib(overhead), gib(overhead), "")
     table.add_row(Text("peak on the GPU", style="bold"), gib(analytic.peak_bytes), gib(traced_total + overhead), "")
     return table
+
+
+def estimate_screen(screening: Screening, *, detailed: bool, wide: bool = False, trace: TraceResult | None = None,
+                    trace_analytic: MemoryBreakdown | None = None, trace_scope: str | None = None,
+                    trace_skipped: str | None = None) -> RenderableType:
+    """The screening table; every named GPU's detail; the trace beside the analytic estimate."""
+    parts: list[RenderableType] = [screening_table(screening)]
+    if detailed:
+        parts += [verdict_detail(v) for v in screening.verdicts]
+    else:
+        parts.append(Text("Detail for one GPU: gpuscout estimate JOB.toml --gpu h100", style="dim"))
+    if trace_skipped is not None:
+        parts.append(Text(f"Trace skipped: {trace_skipped}", style="yellow"))
+    if trace is not None and trace_analytic is not None:
+        parts += [Text(f"Compared as traced: {trace_scope}.", style="bold"),
+                  trace_table(trace_analytic, trace_categories(trace.peak_bytes), trace.peak_total_bytes),
+                  Text("\n".join(trace.notes), style="dim")]
+    return Group(*parts)
+
+
+def trace_categories(peaks: Mapping[str, int]) -> dict[str, int]:
+    """MemTracker's categories in the estimator's names (parameters + buffers are weights)."""
+    names = {"parameters": "weights", "buffers": "weights", "other": "temporaries"}
+    out: dict[str, int] = {}
+    for cat, value in peaks.items():
+        out[names.get(cat, cat)] = out.get(names.get(cat, cat), 0) + value
+    return out

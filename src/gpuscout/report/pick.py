@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -9,7 +11,7 @@ from rich.text import Text
 from gpuscout.cost.billing import JobCost
 from gpuscout.cost.calculator import BilledCost, PlainCost
 from gpuscout.cost.pick import PickResult, PickRow
-from gpuscout.report.console import duration as console_duration
+from gpuscout.report.numbers import duration as console_duration
 
 
 def duration(seconds: float | None) -> str:
@@ -20,6 +22,11 @@ def usd(amount: float | None) -> str:
     if amount is None:
         return "-"
     return f"${amount:,.2f}" if amount >= 0.01 else f"${amount:.4f}"
+
+
+def pick_screen(result: PickResult, notes: Sequence[str] = (), *, wide: bool = False) -> RenderableType:
+    """The ranking, then how the offers were read (a SkyPilot import's counts)."""
+    return Group(pick_table(result), *[Text(n, style="dim") for n in notes])
 
 
 def pick_table(result: PickResult) -> RenderableType:

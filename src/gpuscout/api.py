@@ -1,0 +1,393 @@
+"""The public Python API: the command line's steps as functions that return typed results.
+
+    from gpuscout import estimate, pick, bench, compare, load
+
+Each function takes the same inputs as its command (a job is a `Job`, a spec path, the name of
+a shipped example, or None for the built-in default) and returns a frozen pydantic model; the
+command line renders exactly these objects (`gpuscout.report`). Heavy modules are imported
+inside the functions, so `import gpuscout` stays cheap. docs/api.md has a runnable example.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
+
+if TYPE_CHECKING:
+    from gpuscout.cost.billing import CostOptions, JobCost
+    from gpuscout.cost.calculator import BilledCost, PlainCost
+    from gpuscout.cost.load_cost import LoadCost
+    from gpuscout.cost.measured import MeasuredCost
+    from gpuscout.cost.pick import PickResult
+    from gpuscout.estimator.breakdown import MemoryBreakdown
+    from gpuscout.estimator.screen import Screening
+    from gpuscout.hardware.catalog import Gpu
+    from gpuscout.hardware.currency import ExchangeRate
+    from gpuscout.hardware.offers import Offer
+    from gpuscout.loadgen.plan import LoadPlan
+    from gpuscout.loadgen.probe import ProbeResult
+    from gpuscout.loadgen.search import SearchResult
+    from gpuscout.loadgen.session import ProgressFactory
+    from gpuscout.measure.harness import BenchSettings
+    from gpuscout.results.beside import EstimateBeside
+    from gpuscout.results.compare import Comparison
+    from gpuscout.results.schema import BenchResult
+    from gpuscout.results.verdict import Verdict
+    from gpuscout.trace.llm import TraceResult
+    from gpuscout.workload.image import ImageModelShape
+    from gpuscout.workload.shape import ModelShape
+
+Job = FinetuneJob | InferenceJob | ImageJob
+JobRef = Job | str | Path | None
+
+__all__ = [
+    "BenchReport", "CompareReport", "CostReport", "EstimateReport", "Job", "LoadReport", "ModelReport",
+    "PickReport", "bench", "compare", "cost", "describe_model", "estimate", "gpus", "load", "load_job", "pick",
+    "probe",
+]
+
+
+# ---------------------------------------------------------------- jobs -----------------------
+
+def load_job(ref: JobRef = None) -> Job:
+    """A job from a spec path, a shipped example's name, or None for the built-in default."""
+    return _job(ref)[0]
+
+
+def _job(ref: JobRef) -> tuple[Job, Path | None]:
+    if isinstance(ref, FinetuneJob | InferenceJob | ImageJob):
+        return ref, None
+    from gpuscout.workload.jobs import load_job_ref
+
+    return load_job_ref(ref)
+
+
+def _job_and_model(ref: JobRef) -> tuple[Job, ModelShape | ImageModelShape, Path | None]:
+    from gpuscout.workload.jobs import resolve_job_model
+
+    job, base_dir = _job(ref)
+    return job, resolve_job_model(job, base_dir), base_dir
+
+
+def gpus() -> tuple[Gpu, ...]:
+    """The GPU catalog."""
+    from gpuscout.hardware.catalog import load_catalog
+
+    return tuple(load_catalog())
+
+
+# ---------------------------------------------------------------- estimate -------------------
+
+@dataclass(frozen=True)
+class EstimateReport:
+    job: Job
+    screening: Screening
+    detailed: bool  # GPUs were named: show every GPU's breakdown
+    trace: TraceResult | None = None  # the real model step traced under FakeTensorMode
+    trace_analytic: MemoryBreakdown | None = None  # the analytic estimate of exactly the traced job
+    trace_scope: str | None = None  # what was traced ("2 layers, 1 GPU, no sharding, …")
+    trace_skipped: str | None = None  # why no trace was made
+
+
+def estimate(job: JobRef = None, *, gpus: Sequence[str] = (), trace: bool = False,
+             trace_layers: int | None = None) -> EstimateReport:
+    """Memory, fit, fixes, limits and speed of the job on each GPU (every catalog GPU by default)."""
+    from gpuscout.estimator.screen import screen
+    from gpuscout.hardware.catalog import find_gpu, load_catalog
+
+    the_job, model, base_dir = _job_and_model(job)
+    chosen = [find_gpu(n) for n in gpus] if gpus else list(load_catalog())
+    screening = screen(the_job, model, chosen)
+    if not trace:
+        return EstimateReport(job=the_job, screening=screening, detailed=bool(gpus))
+    return EstimateReport(job=the_job, screening=screening, detailed=bool(gpus),
+                          **_trace_beside(the_job, model, chosen[0], base_dir, trace_layers))
+
+
+def _trace_beside(job: Job, model: ModelShape | ImageModelShape, gpu: Gpu, base_dir: Path | None,
+                  layers: int | None) -> dict[str, Any]:
+    """Trace the job's real model and estimate exactly the traced job beside it.
+
+    The trace runs one process on one device with the standard loss, so the analytic side is
+    re-estimated for that: the same depth, one GPU, no sharding, one micro-batch, no chunked loss.
+    """
+    from gpuscout.errors import GpuscoutError
+    from gpuscout.estimator.memory import estimate_memory
+    from gpuscout.workload.hf_config import config_with_depth, shape_from_hf_config
+    from gpuscout.workload.resolve import llm_config
+    from gpuscout.workload.shape import ModelShape
+
+    if isinstance(job, ImageJob) or not isinstance(model, ModelShape):
+        return {"trace_skipped": "trace mode covers language models only; image estimates are analytic"}
+    config = llm_config(job.model, base_dir=base_dir)
+    if layers is not None:
+        config = config_with_depth(config, layers)
+        model = shape_from_hf_config(config, name=f"{model.name} ({layers} layers)", source=model.source)
+    traced_job = _as_traced(job)
+    try:
+        traced = _run_trace(traced_job, model, config)
+    except GpuscoutError as exc:
+        return {"trace_skipped": exc.render()}
+    scope = f"{model.num_layers} layers, 1 GPU, no sharding" + (
+        ", one micro-batch, standard cross-entropy" if isinstance(job, FinetuneJob) else ", HF generate")
+    return {"trace": traced, "trace_analytic": estimate_memory(traced_job, model, gpu), "trace_scope": scope}
+
+
+def _as_traced(job: FinetuneJob | InferenceJob) -> FinetuneJob | InferenceJob:
+    if isinstance(job, FinetuneJob):
+        return job.model_copy(update={"gpus": 1, "sharding": "none", "tensor_parallel": 1, "grad_accum": 1,
+                                      "chunked_cross_entropy": False, "optimizer_offload": False})
+    # HF generate: prefill the prompt, then one decode step.
+    return job.model_copy(update={"tensor_parallel": 1, "engine": "hf", "output_tokens": 1})
+
+
+def _run_trace(job: FinetuneJob | InferenceJob, model: ModelShape, config: dict[str, Any]) -> TraceResult:
+    from gpuscout.trace.llm import trace_finetune_step, trace_inference_step
+    from gpuscout.workload.lora import lora_target_names
+
+    if isinstance(job, FinetuneJob):
+        return trace_finetune_step(
+            config, micro_batch=job.micro_batch, seq_len=job.seq_len, precision=job.precision,
+            optimizer=job.optimizer, method=job.method, lora_rank=job.lora.rank, lora_alpha=job.lora.alpha,
+            lora_target_modules=lora_target_names(model, job.lora) if job.method != "full" else (),
+            gradient_checkpointing=job.gradient_checkpointing,
+            attention="eager" if job.attention == "eager" else "sdpa")
+    weight = job.weights if job.weights in ("fp32", "bf16", "fp16") else "bf16"
+    return trace_inference_step(config, batch=job.concurrency, prompt_tokens=job.prompt_tokens, weight_dtype=weight)
+
+
+# ---------------------------------------------------------------- pick and cost --------------
+
+@dataclass(frozen=True)
+class PickReport:
+    job: Job
+    pick: PickResult
+    offers_notes: tuple[str, ...] = ()
+
+
+def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | None = None,
+         deadline: str | float | None = None, budget_usd: float | None = None,
+         fx: Sequence[str | ExchangeRate] = (), options: CostOptions | None = None,
+         today: date | None = None) -> PickReport:
+    """Rank the offers of a price sheet (the bundled example sheet by default) by total job cost."""
+    from gpuscout.cost.pick import pick as rank_offers
+    from gpuscout.hardware.price_sheet import default_price_sheet, load_offers
+    from gpuscout.units import parse_duration_s
+
+    the_job, model, _ = _job_and_model(job)
+    sheet, notes = load_offers(Path(offers) if offers is not None else default_price_sheet(), cloud=cloud)
+    day = today or date.today()
+    rates = _rates(sheet.exchange_rates, fx, day)
+    if budget_usd is not None and not budget_usd > 0:
+        from gpuscout.errors import SpecError
+
+        raise SpecError(f"--budget {budget_usd} is not a positive amount.", "A budget is a USD amount above zero.",
+                        "Pass the most you are willing to spend, e.g. --budget 50.")
+    deadline_s = parse_duration_s(deadline) if isinstance(deadline, str) else deadline
+    result = rank_offers(the_job, model, sheet.offers, rates=rates, deadline_s=deadline_s, budget_usd=budget_usd,
+                         today=day, options=options)
+    return PickReport(job=the_job, pick=result, offers_notes=tuple(notes))
+
+
+def _rates(sheet: Sequence[ExchangeRate], fx: Sequence[str | ExchangeRate], today: date) -> tuple[ExchangeRate, ...]:
+    from gpuscout.hardware.currency import merge_rates, parse_fx
+
+    return merge_rates(sheet, [parse_fx(r, today) if isinstance(r, str) else r for r in fx])
+
+
+@dataclass(frozen=True)
+class CostReport:
+    """A plain calculation (with the bill under simple rules), or one offer's bill."""
+
+    hours: float
+    plain: PlainCost | None = None
+    billed: BilledCost | None = None
+    offer: Offer | None = None
+    bill: JobCost | None = None
+
+
+def cost(*, hours: float | None, usd_per_gpu_hour: float | None = None, gpus: int = 1, storage_usd: float = 0.0,
+         transfer_usd: float = 0.0, retry_usd: float = 0.0, increment_s: float = 0.0, min_billed_s: float = 0.0,
+         startup_s: float = 0.0, idle_tail_s: float = 0.0, offers: str | Path | None = None,
+         offer: str | None = None) -> CostReport:
+    """price × GPUs × hours + extras (and the real bill under the rules given), or an offer's bill."""
+    from gpuscout.cost.calculator import billed_cost, checked_hours, plain_cost
+
+    run_hours = checked_hours(hours)
+    if offers is not None or offer is not None:
+        from gpuscout.cost.billing import price_job
+
+        the_offer = _offer(offers, offer)
+        return CostReport(hours=run_hours, offer=the_offer, bill=price_job(the_offer, run_hours * 3600))
+    plain = plain_cost(usd_per_gpu_hour, gpus, run_hours, storage_usd=storage_usd, transfer_usd=transfer_usd,
+                       retry_usd=retry_usd)
+    rules = {"increment_s": increment_s, "min_billed_s": min_billed_s, "startup_s": startup_s,
+             "idle_tail_s": idle_tail_s}
+    if not any(rules.values()):
+        return CostReport(hours=run_hours, plain=plain)
+    # A bill needs an increment: with other rules but none, it is billed by the second.
+    billed = billed_cost(plain, **rules | {"increment_s": increment_s or 1.0})
+    return CostReport(hours=run_hours, plain=plain, billed=billed)
+
+
+def _offer(offers: str | Path | None, offer_id: str | None) -> Offer:
+    from gpuscout.errors import SpecError
+    from gpuscout.hardware.price_sheet import find_offer, load_price_sheet
+
+    if offers is None or offer_id is None:
+        raise SpecError("--offers and --offer go together.", "An offer is picked by its id from a price sheet.",
+                        "Pass both, e.g. --offers prices.toml --offer <id> (`gpuscout examples` shows a sheet).")
+    return find_offer(load_price_sheet(Path(offers)), offer_id)
+
+
+# ---------------------------------------------------------------- bench and compare ----------
+
+@dataclass(frozen=True)
+class BenchReport:
+    result: BenchResult
+    estimate: EstimateBeside | None = None  # gpuscout's estimate for this GPU beside the measurement
+    output: Path | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return any(c.failure is not None and c.failure.kind == "interrupted" for c in self.result.cases)
+
+
+def bench(job: JobRef, *, settings: BenchSettings | None = None, probe: bool = False,
+          output: str | Path | None = None, progress: bool = False) -> BenchReport:
+    """Measure the job's real task (and/or the machine probes) on this machine, each case in its own process.
+
+    With `output` the result is written atomically, also when the run was interrupted (what
+    finished is kept, `complete` is false).
+    """
+    from gpuscout.measure.bench import run_bench
+    from gpuscout.measure.harness import BenchSettings
+    from gpuscout.results.beside import estimate_beside
+
+    the_job = model = base_dir = None
+    if job is not None or not probe:
+        the_job, model, base_dir = _job_and_model(job)
+    result = run_bench(the_job, base_dir=base_dir, settings=settings or BenchSettings(), probe=probe, progress=progress)
+    path = Path(output) if output is not None else None
+    if path is not None:
+        from gpuscout.results.store import save_result
+
+        save_result(result, path)
+    return BenchReport(result=result, estimate=estimate_beside(result, the_job, model), output=path)
+
+
+@dataclass(frozen=True)
+class CompareReport:
+    comparison: Comparison
+    verdict: Verdict
+    costs: tuple[MeasuredCost, ...] = ()
+    warnings: tuple[str, ...] = ()
+    rates: tuple[ExchangeRate, ...] = ()
+
+
+def compare(results: Sequence[str | Path | BenchResult], *, offers: str | Path | None = None,
+            offer_ids: Sequence[str] = (), allow_diff: bool = False, fx: Sequence[str | ExchangeRate] = (),
+            today: date | None = None) -> CompareReport:
+    """Fairness check, ratios with 95% CIs, the whole job's cost on each machine, and a verdict."""
+    from gpuscout.cost.measured import cost_point, price_results
+    from gpuscout.hardware.offers import price_warnings
+    from gpuscout.hardware.price_sheet import load_price_sheet
+    from gpuscout.results.compare import compare_results
+    from gpuscout.results.store import load_result
+    from gpuscout.results.verdict import decide
+
+    if offer_ids and offers is None:
+        from gpuscout.errors import SpecError
+
+        raise SpecError("--offer was given without --offers.", "Offer ids refer to a price sheet.",
+                        "Add --offers prices.toml (`gpuscout examples` shows the bundled sheet).")
+    loaded = [r if not isinstance(r, str | Path) else load_result(Path(r)) for r in results]
+    comparison = compare_results(loaded, allow_diff=allow_diff)
+    if offers is None:
+        return CompareReport(comparison=comparison, verdict=decide(comparison, None))
+    day = today or date.today()
+    sheet = load_price_sheet(Path(offers))
+    rates = _rates(sheet.exchange_rates, fx, day)
+    costs = price_results(loaded, sheet, offer_ids, rates=rates, today=day)
+    used = {c.currency for c in costs}
+    warnings = price_warnings([sheet.offers[[o.id for o in sheet.offers].index(c.offer_id)] for c in costs], day)
+    return CompareReport(comparison=comparison, verdict=decide(comparison, [cost_point(c) for c in costs]),
+                         costs=tuple(costs), warnings=warnings, rates=tuple(r for r in rates if r.currency in used))
+
+
+# ---------------------------------------------------------------- load and probe -------------
+
+@dataclass(frozen=True)
+class LoadReport:
+    result: BenchResult
+    search: SearchResult | None = None
+    costs: tuple[LoadCost, ...] = ()  # one per case, when a price was given
+    output: Path | None = None
+
+
+def load(plan: LoadPlan, *, output: str | Path | None = None, offers: str | Path | None = None,
+         offer: str | None = None, usd_per_hour: float | None = None,
+         progress: ProgressFactory | None = None) -> LoadReport:
+    """Load-test an OpenAI-compatible endpoint as the plan says; price it when a price is given."""
+    from gpuscout.cost.load_cost import price_load, price_load_on_offer
+    from gpuscout.hardware.price_sheet import find_offer, load_price_sheet
+    from gpuscout.loadgen.session import run_plan
+
+    path = Path(output) if output is not None else None
+    if offer is not None and offers is None:
+        from gpuscout.errors import SpecError
+
+        raise SpecError("--offer needs --offers.", "The offer id is looked up in a price sheet.",
+                        "Pass --offers PRICES.toml --offer ID, or --usd-per-hour P.")
+    sheet = load_price_sheet(Path(offers)) if offers is not None else None
+    the_offer = find_offer(sheet, offer) if sheet is not None and offer is not None else None
+    outcome = run_plan(plan, output=path, progress=progress)
+    if path is not None:
+        from gpuscout.results.store import save_result
+
+        save_result(outcome.result, path)
+    costs: tuple[LoadCost, ...] = ()
+    if the_offer is not None and sheet is not None:
+        costs = tuple(price_load_on_offer(c, the_offer, sheet.exchange_rates) for c in outcome.result.cases)
+    elif usd_per_hour is not None:
+        costs = tuple(price_load(c, usd_per_hour) for c in outcome.result.cases)
+    return LoadReport(result=outcome.result, search=outcome.search, costs=costs, output=path)
+
+
+def probe(url: str, *, repeats: int = 10, download_url: str | None = None, upload_url: str | None = None,
+          timeout_s: float = 10.0, upload_bytes: int | None = None) -> ProbeResult:
+    """Network round trip, transfer speed and reconnect time to an endpoint."""
+    import asyncio
+
+    from gpuscout.loadgen.probe import DEFAULT_UPLOAD_BYTES
+    from gpuscout.loadgen.probe import probe as run_probe
+
+    return asyncio.run(run_probe(url, repeats=repeats, download_url=download_url, upload_url=upload_url,
+                                 upload_bytes=upload_bytes or DEFAULT_UPLOAD_BYTES, timeout_s=timeout_s))
+
+
+# ---------------------------------------------------------------- models ---------------------
+
+@dataclass(frozen=True)
+class ModelReport:
+    shape: ModelShape | ImageModelShape
+    weight_bytes_by_format: dict[str, int] = field(default_factory=dict)  # language models, per format
+    kv_bytes_per_token_by_dtype: dict[str, int] = field(default_factory=dict)
+
+
+def describe_model(ref: str) -> ModelReport:
+    """A model's shape (config.json, model directory or preset), weight bytes and KV cache per token."""
+    from gpuscout.estimator.weights import kv_bytes_per_token_by_dtype, weight_bytes_by_format
+    from gpuscout.workload.image import ImageModelShape
+    from gpuscout.workload.resolve import resolve_any
+
+    shape = resolve_any(ref)
+    if isinstance(shape, ImageModelShape):
+        return ModelReport(shape=shape)
+    return ModelReport(shape=shape, weight_bytes_by_format=weight_bytes_by_format(shape),
+                       kv_bytes_per_token_by_dtype=kv_bytes_per_token_by_dtype(shape))

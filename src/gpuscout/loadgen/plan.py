@@ -1,0 +1,116 @@
+"""What a load test should do, as one typed, validated object: `LoadPlan`.
+
+`gpuscout load` turns its options into a plan with `make_plan`, and `session.run_plan` runs it;
+the Python API takes the same plan. Every option is checked here, once, with a what/why/fix error,
+so the run itself never starts on a plan that cannot work.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from gpuscout.errors import SpecError
+from gpuscout.loadgen.client import Endpoint, endpoint_url
+from gpuscout.loadgen.schedule import LoadShape
+from gpuscout.workload.job import Slo
+
+Arrival = Literal["constant", "poisson", "gamma"]
+PromptDistribution = Literal["fixed", "uniform", "normal"]
+DEFAULT_REQUESTS = 100  # measured requests per level when neither a count nor a duration is given
+
+
+class LoadPlan(BaseModel):
+    """One load test: the endpoint, the traffic, the prompts, and what to measure."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    url: str
+    model: str = Field(min_length=1)
+    endpoint: Endpoint = "chat"
+    stream: bool = True
+    concurrency: int | None = Field(None, gt=0)  # closed loop: requests in flight
+    rate: float | None = Field(None, gt=0)  # open loop: requests per second
+    arrival: Arrival = "poisson"
+    burstiness: float = Field(1.0, gt=0)  # gamma shape k: 1 = Poisson, < 1 burstier
+    requests: int | None = Field(None, gt=0)  # measured requests per level
+    duration_s: float | None = Field(None, gt=0)  # or run each level this long
+    warmup: int = Field(0, ge=0)
+    prompt_tokens: int = Field(128, gt=0)
+    prompt_dist: PromptDistribution = "fixed"
+    prompt_spread: int = Field(0, ge=0)
+    output_tokens: int = Field(128, gt=0)
+    dataset: Path | None = None  # JSONL prompts instead of synthetic ones
+    tokenizer: str | None = None  # local tokenizer: exact prompts and token counts
+    seed: int = 0
+    api_key_env: str | None = "OPENAI_API_KEY"
+    timeout_s: float = Field(600.0, gt=0)
+    sweep: tuple[float, ...] = ()  # levels to sweep
+    search: bool = False  # find the most load meeting the SLO's P95 targets
+    slo: Slo | None = None
+    percentile: float = Field(95.0, gt=0, lt=100)  # the percentile the validity gate needs samples for
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LoadPlan:
+        if self.concurrency is not None and self.rate is not None:
+            raise ValueError("both concurrency and rate were given; a run is either closed loop (requests in "
+                             "flight) or open loop (arrival rate): pass one of them")
+        if self.search and self.slo is None:
+            raise ValueError("search has no target: it finds the most load whose P95 latencies meet targets; "
+                             "add at least one of ttft_p95, tpot_p95, e2e_p95 (seconds)")
+        if any(level <= 0 for level in self.sweep):
+            raise ValueError("sweep levels must be positive")
+        endpoint_url(self.url, self.endpoint)  # a malformed URL is refused before any work
+        return self
+
+    @property
+    def closed_loop(self) -> bool:
+        return self.rate is None
+
+    @property
+    def level(self) -> float | None:
+        """The single level asked for (concurrency or rate), if any."""
+        return self.concurrency if self.closed_loop else self.rate
+
+    @property
+    def prompts_needed(self) -> int:
+        """Prompts to prepare: every measured request plus the warm-up (reused cyclically if short)."""
+        return (self.requests or 256) + self.warmup
+
+
+def make_plan(**options: Any) -> LoadPlan:
+    """A `LoadPlan` from keyword options; an invalid option is a SpecError naming it."""
+    try:
+        return LoadPlan(**options)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "load options"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise SpecError(f"Invalid load option {where}: {message}.",
+                        "gpuscout load checks every option before it sends a request.",
+                        "Correct the option (gpuscout load --help lists them).") from None
+
+
+def parse_levels(text: str) -> tuple[float, ...]:
+    """'1,2,4,8' → (1.0, 2.0, 4.0, 8.0)."""
+    try:
+        return tuple(float(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise SpecError(f"--sweep {text!r} is not a list of numbers.", "A sweep runs one case per level.",
+                        "Pass levels like --sweep 1,2,4,8.") from None
+
+
+def shape_at(plan: LoadPlan, level: float) -> LoadShape:
+    """The load shape of one level of the plan (concurrency rounds down to whole requests)."""
+    key: dict[str, Any] = {"concurrency": int(level)} if plan.closed_loop else {"rate_rps": float(level)}
+    requests = plan.requests if plan.requests or plan.duration_s else DEFAULT_REQUESTS
+    try:
+        return LoadShape(kind="concurrency" if plan.closed_loop else plan.arrival, burstiness=plan.burstiness,
+                         requests=requests, duration_s=plan.duration_s, warmup_requests=plan.warmup, seed=plan.seed,
+                         **key)
+    except ValidationError as exc:
+        raise SpecError(f"Invalid load shape at level {level:g}: {exc.errors()[0]['msg']}.",
+                        "Concurrency, rate, requests and duration must be positive; warm-up ≥ 0.",
+                        "Correct the option.") from None

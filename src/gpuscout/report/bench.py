@@ -1,0 +1,123 @@
+"""`gpuscout bench`: a measured result as tables — fixed variables, metrics per case, memory, machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from gpuscout.report.numbers import sig, size, value_in
+from gpuscout.results.beside import EstimateBeside
+from gpuscout.results.schema import BenchResult, Case, Fingerprint, Metric, PeakMemory
+
+
+def bench_screen(result: BenchResult, beside: EstimateBeside | None, output: Path | None) -> RenderableType:
+    """The bench result: fixed variables, each case's metrics, memory and startup, the machine."""
+    estimate = [estimate_table(beside)] if beside is not None else []
+    fp = result.fingerprint
+    where = f"{fp.gpu_name} ({fp.gpu_sku or 'no catalog SKU'})" if fp.gpu_name else f"CPU: {fp.cpu_model}"
+    head = Text.assemble(("gpuscout bench", "bold"), f" — {result.name} ({result.kind}) on {where}")
+    parts: list[RenderableType] = [head, _fixed_line(result)]
+    for case in result.cases:
+        parts += case_parts(case)
+    parts += estimate or []
+    parts.append(fingerprint_table(fp))
+    parts += [Text(f"note: {n}", style="dim") for n in result.notes]
+    if not result.complete:
+        parts.append(Text("Incomplete run: some cases did not run (see notes).", style="bold yellow"))
+    parts.append(Text(f"Result written to {output}" if output else "Result not saved: pass -o FILE to keep it.",
+                      style="green" if output else "yellow"))
+    return Group(*parts)
+
+
+def _fixed_line(result: BenchResult) -> Text:
+    f = result.fixed
+    sliced = f", depth slice {f.layers} layers" if f.layers else ""
+    settings = ", ".join(f"{k}={v}" for k, v in f.settings.items() if v is not None)
+    return Text(f"fixed: model {f.model} (config sha256 {f.model_config_hash[:12]}), data {f.data}, seed {f.seed}, "
+                f"precision {f.precision}, device {f.device}, warm-up {f.warmup}, repeats {f.repeats}{sliced}; "
+                f"{settings}", style="dim")
+
+
+def case_parts(case: Case) -> list[RenderableType]:
+    title = f"{case.name}" + (f" — {case.layers} of {case.full_layers} layers built" if case.layers else "")
+    if case.failure is not None:
+        size = ", ".join(f"{k}={v}" for k, v in case.failure.size.items() if v is not None)
+        return [Text.assemble((f"{title}: FAILED ({case.failure.kind})", "bold red"),
+                              (f" at {size}\n  {case.failure.message}", "red"))]
+    parts: list[RenderableType] = [metric_table(title, case.metrics)]
+    if any(m.extrapolated for m in case.metrics):
+        parts.append(Text(f"magenta rows (*_full_depth): extrapolated from {case.layers} built layers to "
+                          f"{case.full_layers}, not measured", style="magenta"))
+    parts.append(Text(f"peak memory: {memory_line(case.peak_memory)}"))
+    if case.startup:
+        parts.append(Text("startup: " + " · ".join(f"{p.name} {p.seconds:,.2f} s" for p in case.startup)))
+    parts += [Text(f"  {n}", style="dim") for n in case.notes]
+    return parts
+
+
+def metric_table(title: str, metrics: tuple[Metric, ...]) -> Table:
+    """One row per metric: mean, percentiles, the 95% CI half-width of the mean, spread (IQR/median)."""
+    repeats = max((m.summary.n for m in metrics if m.summary), default=1)
+    table = Table(title=f"{title} · {repeats} repeats", title_justify="left", title_style="bold")
+    for column in ("metric", "mean", "P50", "P95", "P99", "95% CI ±", "spread", "unit"):
+        table.add_column(column, justify="left" if column in ("metric", "unit") else "right")
+    for m in metrics:
+        s = m.summary
+        name = Text(m.name, style="magenta" if m.extrapolated else "")
+        if s is None:
+            table.add_row(name, sig(m.value), "", "", "", "", "", m.unit)
+            continue
+        spread = Text(f"{s.spread:.0%}" + (" !" if s.spread_flag else ""), style="yellow" if s.spread_flag else "")
+        table.add_row(name, sig(s.mean), sig(s.p50), sig(s.p95), sig(s.p99), sig((s.ci95_high - s.ci95_low) / 2),
+                      spread, m.unit)
+    return table
+
+
+def memory_line(peak: PeakMemory) -> str:
+    views = [("torch allocated", peak.torch_allocated_bytes), ("torch reserved", peak.torch_reserved_bytes),
+             ("NVML process", peak.nvml_used_bytes), ("NVML device", peak.nvml_device_used_bytes),
+             ("process RSS", peak.process_rss_bytes), ("device total", peak.device_total_bytes),
+             ("full depth (extrapolated)", peak.extrapolated_allocated_bytes)]
+    return " · ".join(f"{name} {size(v)}" for name, v in views if v is not None) or "not measured"
+
+
+def fingerprint_table(fp: Fingerprint) -> Table:
+    table = Table(title="machine", title_justify="left", title_style="bold", show_header=False)
+    table.add_column("field")
+    table.add_column("value")
+    gpu = (f"{fp.gpu_count} × {fp.gpu_name}, {size(fp.gpu_memory_bytes or 0)}, SKU {fp.gpu_sku or '—'}"
+           if fp.gpu_name else "none (CPU run)")
+    rows: list[tuple[str, str | None]] = [
+        ("GPU", gpu),
+        ("driver / CUDA / CC", " / ".join(str(v or "—") for v in (fp.driver, fp.cuda, fp.compute_capability))
+         if fp.gpu_name else None),
+        ("clocks / power", f"SM {fp.sm_clock_mhz} MHz, memory {fp.memory_clock_mhz} MHz, {fp.power_limit_w} W"
+         if fp.sm_clock_mhz else None),
+        ("PCIe / MIG / ECC", f"gen {fp.pcie_generation} x{fp.pcie_width} / {fp.mig_mode} / {fp.ecc}"
+         if fp.pcie_generation else None),
+        ("CPU", f"{fp.cpu_model}, {fp.cpu_cores} cores"),
+        ("RAM / disk free", f"{size(fp.ram_bytes or 0)} / {size(fp.disk_free_bytes or 0)}"),
+        ("Python / platform", f"{fp.python} / {fp.platform}"),
+        ("libraries", ", ".join(f"{k} {v}" for k, v in fp.libraries.items())),
+    ]
+    for name, value in rows:
+        if value:
+            table.add_row(name, value)
+    return table
+
+
+def estimate_table(beside: EstimateBeside) -> RenderableType:
+    """gpuscout's estimate for this GPU against what the case at the job's own size measured."""
+    if not beside.rows:
+        return Text(f"No estimate beside: {beside.reason}.", style="dim")
+    table = Table(title=f"estimate ({beside.gpu_sku}) beside the measurement ({beside.case})", title_justify="left",
+                  title_style="bold")
+    for column in ("metric", "estimate", "measured", "measured / estimate"):
+        table.add_column(column, justify="left" if column == "metric" else "right")
+    for row in beside.rows:
+        table.add_row(row.metric, value_in(row.estimate, row.unit), value_in(row.measured, row.unit),
+                      f"{row.ratio:.2f}")
+    return table

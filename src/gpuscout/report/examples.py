@@ -1,0 +1,22 @@
+"""`gpuscout examples`: the job specs and price sheet that ship with gpuscout."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+
+def examples_table(folder: Path) -> RenderableType:
+    """One row per shipped example: the name to pass, its kind and its title."""
+    table = Table(title="Shipped examples (pass the name, or copy the file and edit it)")
+    for col in ("name", "kind", "what"):
+        table.add_column(col)
+    for path in sorted(folder.glob("*.toml")):
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        kind = data.get("kind", "price sheet" if "offer" in data else "?")
+        table.add_row(path.stem, str(kind), str(data.get("name", f"{len(data.get('offer', []))} EXAMPLE offers")))
+    return Group(table, Text(f"Folder: {folder}", style="dim"))

@@ -1,0 +1,77 @@
+"""A model's shape, weight bytes and KV cache per token; the preset list (`gpuscout model`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+
+from gpuscout.report.numbers import gib
+from gpuscout.workload.image import ImageModelShape
+from gpuscout.workload.presets import LlmPreset
+from gpuscout.workload.shape import ModelShape
+
+
+def model_table(shape: ModelShape) -> Table:
+    table = Table(title=f"{shape.name} ({shape.family})", show_header=False)
+    table.add_column("field")
+    table.add_column("value")
+    experts = f"{shape.num_experts} (top-{shape.experts_per_token})" if shape.num_experts else "-"
+    expert_width = f" (experts {shape.moe_intermediate_size})" if shape.num_experts else ""
+    rows = [
+        ("source", shape.source),
+        ("layers / hidden", f"{shape.num_layers} / {shape.hidden_size}"),
+        ("heads / KV heads / head_dim", f"{shape.num_attention_heads} / {shape.num_kv_heads} / {shape.head_dim}"),
+        ("FFN width", f"{shape.intermediate_size}{expert_width}"),
+        ("experts", experts),
+        ("vocab / tied embeddings", f"{shape.vocab_size:,} / {shape.tie_word_embeddings}"),
+        ("max context", f"{shape.max_position_embeddings:,}"),
+        ("params total / active", f"{shape.params_total:,} / {shape.params_active:,}"),
+        ("attention layers", ", ".join(f"{a.count}× {a.kind}" + (f" (window {a.window})" if a.window else "")
+                                       for a in shape.attention)),
+    ]
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+def weights_table(weight_bytes: Mapping[str, int], kv_per_token: Mapping[str, int]) -> Table:
+    table = Table(title="Weights and KV cache")
+    table.add_column("format")
+    table.add_column("weights", justify="right")
+    table.add_column("KV cache per token", justify="right")
+    for fmt, nbytes in weight_bytes.items():
+        kv = kv_per_token.get(fmt)
+        table.add_row(fmt, gib(nbytes), f"{kv:,} B" if kv is not None else "-")
+    return table
+
+
+def image_model_table(model: ImageModelShape) -> Table:
+    table = Table(title=f"{model.name} ({model.family}, {model.denoiser_kind})")
+    for col in ("component", "class", "params", "default dtype"):
+        table.add_column(col)
+    for c in model.components:
+        table.add_row(c.name, c.class_name, f"{c.params:,}", c.default_dtype)
+    table.add_row("total", "", f"{model.params_total:,}", "")
+    return table
+
+
+def preset_table(presets: Sequence[LlmPreset], image_ids: Sequence[str]) -> Table:
+    """The built-in model presets: language models with their source, then image models."""
+    table = Table(title="Built-in model presets")
+    for col in ("id", "name", "source"):
+        table.add_column(col, overflow="fold")
+    for p in presets:
+        table.add_row(p.id, p.name, p.source)
+    for image_id in image_ids:
+        table.add_row(image_id, "(image model)", "")
+    return table
+
+
+def model_screen(shape: ModelShape | ImageModelShape, weights: Mapping[str, int],
+                 kv_per_token: Mapping[str, int]) -> RenderableType:
+    """A language model's shape with its weights and KV cache, or an image model's components."""
+    if isinstance(shape, ImageModelShape):
+        return image_model_table(shape)
+    return Group(model_table(shape), weights_table(weights, kv_per_token))

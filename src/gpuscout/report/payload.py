@@ -1,0 +1,77 @@
+"""`--json`: each command's result as plain JSON data (numbers stay numbers, in SI units).
+
+The shapes are stable for scripts: every key a previous release printed is still printed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from gpuscout.cost.billing import JobCost
+from gpuscout.cost.calculator import BilledCost, PlainCost
+from gpuscout.cost.load_cost import LoadCost
+from gpuscout.cost.pick import PickResult
+from gpuscout.estimator.breakdown import MemoryBreakdown
+from gpuscout.estimator.screen import Screening
+from gpuscout.hardware.catalog import Gpu
+from gpuscout.hardware.offers import Offer
+from gpuscout.loadgen.search import SearchResult
+from gpuscout.results.beside import EstimateBeside
+from gpuscout.results.schema import BenchResult
+from gpuscout.trace.llm import TraceResult
+from gpuscout.workload.image import ImageModelShape
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
+from gpuscout.workload.shape import ModelShape
+
+Job = FinetuneJob | InferenceJob | ImageJob
+
+
+def estimate_payload(job: Job, screening: Screening, trace: TraceResult | None = None,
+                     trace_analytic: MemoryBreakdown | None = None) -> dict[str, Any]:
+    payload: dict[str, Any] = {"job": job.model_dump(), "screening": screening.model_dump()}
+    if trace is not None and trace_analytic is not None:
+        payload |= {"trace": trace.model_dump(), "trace_analytic": trace_analytic.model_dump()}
+    return payload
+
+
+def pick_payload(job: Job, result: PickResult, notes: Sequence[str]) -> dict[str, Any]:
+    return {"job": job.model_dump(), "pick": result.model_dump(mode="json"), "offers_notes": list(notes)}
+
+
+def bill_payload(offer: Offer, bill: JobCost) -> dict[str, Any]:
+    return {"offer": offer.model_dump(mode="json"), "bill": bill.model_dump(), "total": bill.total,
+            "currency": bill.currency}
+
+
+def calculator_payload(plain: PlainCost, billed: BilledCost | None) -> dict[str, Any]:
+    return {**plain.model_dump(), "billed": billed.model_dump() if billed else None}
+
+
+def bench_payload(result: BenchResult, beside: EstimateBeside | None) -> dict[str, Any]:
+    """The result as `-o` writes it, plus "estimate": gpuscout's estimate beside it (null off a GPU)."""
+    return {**result.model_dump(mode="json"), "estimate": beside.model_dump(mode="json") if beside else None}
+
+
+def load_payload(result: BenchResult, costs: Sequence[LoadCost], search: SearchResult | None) -> dict[str, Any]:
+    payload: dict[str, Any] = result.model_dump(mode="json")
+    if costs:
+        payload["costs"] = [{"case": case.name, **cost.model_dump()} for case, cost in zip(result.cases, costs,
+                                                                                         strict=True)]
+    if search is not None:
+        payload["search"] = {"best_level": search.best_level, "goodput_rps": search.goodput_rps,
+                             "outcome": search.outcome, "message": search.message}
+    return payload
+
+
+def model_payload(shape: ModelShape | ImageModelShape, weights: dict[str, int],
+                  kv_by_dtype: dict[str, int]) -> dict[str, Any]:
+    if isinstance(shape, ImageModelShape):
+        return {"kind": "image", **shape.model_dump(), "params_total": shape.params_total}
+    return {"kind": "llm", "params_total": shape.params_total, "params_active": shape.params_active,
+            "kv_cache_bytes_per_token": kv_by_dtype["bf16"], "kv_cache_bytes_per_token_by_dtype": kv_by_dtype,
+            "weight_bytes_by_format": weights, "shape": shape.model_dump()}
+
+
+def catalog_payload(gpus: Sequence[Gpu]) -> list[dict[str, Any]]:
+    return [g.model_dump() for g in gpus]

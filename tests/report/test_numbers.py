@@ -1,0 +1,52 @@
+"""The one number formatter: units, significant digits, money with cents, no exponents or raw floats."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuscout.report import numbers
+from gpuscout.units import parse_time_s
+
+
+def test_significant_digits_without_exponents() -> None:
+    assert [numbers.sig(v) for v in (12345.6, 12.3456, 0.012345, 0.00001234, 0.0)] == [
+        "12,346", "12.3", "0.0123", "0.0000123", "0"]
+    assert numbers.sig(9.996) == "10.0" and numbers.sig(99.96) == "100" and numbers.sig(-0.5) == "-0.500"
+
+
+@given(st.floats(min_value=1e-9, max_value=1e15, allow_nan=False))
+def test_no_figure_ever_prints_an_exponent(value: float) -> None:
+    for text in (numbers.sig(value), numbers.size(value), numbers.rate(value), numbers.seconds(value),
+                 numbers.count(value), numbers.money(value)):
+        assert "e+" not in text and "e-" not in text and "inf" not in text
+
+
+def test_money_has_cents_and_more_digits_only_below_a_cent() -> None:
+    assert numbers.money(1234.5) == "$1,234.50"
+    assert numbers.money(0.0036) == "$0.0036"
+    assert numbers.money(0.00004321) == "$0.000043"
+    assert numbers.money(0) == "$0.00" and numbers.money(None) == "-"
+    assert numbers.money(12.0, "CNY") == "¥12.00" and numbers.money(3.5, "SGD") == "SGD 3.50"
+    assert numbers.money(-2.5) == "-$2.50"
+
+
+def test_units() -> None:
+    assert numbers.size(512) == "512 B" and numbers.size(3.5 * 2**20) == "3.50 MiB"
+    assert numbers.gib(76.9 * 2**30) == "76.9 GiB"
+    assert numbers.rate(1.9e9) == "1.90 GB/s" and numbers.rate(850e6) == "850 MB/s"
+    assert numbers.seconds(0.00085) == "850 µs" and numbers.seconds(0.0123) == "12.3 ms"
+    assert numbers.duration(45) == "45 s" and numbers.duration(3600 * 5.6) == "5.6 h"
+    assert numbers.count(8_030_261_248) == "8.03 B" and numbers.flops(989e12) == "989 TFLOP/s"
+    assert numbers.value_in(2e9, "bytes/s") == "2.00 GB/s" and numbers.value_in(0.5, "fraction") == "50.0%"
+    assert numbers.sig(math.nan) == "n/a"
+
+
+def test_times_parse_as_iso_8601_in_utc_without_a_zone() -> None:
+    assert parse_time_s("2025-06-01T12:00:00Z", "--created-at") == 1748779200.0
+    assert parse_time_s("2025-06-01T12:00:00", "--created-at") == 1748779200.0
+    with pytest.raises(Exception, match="not an ISO 8601 time"):
+        parse_time_s("June", "--created-at")
