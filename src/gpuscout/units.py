@@ -15,25 +15,8 @@ MB = 1000**2
 GB = 1000**3
 TB = 1000**4
 
-_BYTE_UNITS = {
-    "b": 1, "kb": KB, "mb": MB, "gb": GB, "tb": TB,
-    "kib": KIB, "mib": MIB, "gib": GIB, "tib": 1024**4,
-}
 _SECOND_UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hr": 3600.0, "d": 86400.0}
 _QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_bytes(text: str) -> int:
-    """'80GB' -> 80e9, '24GiB' -> 24·2^30, '512' -> 512 bytes."""
-    match = _QUANTITY.match(text)
-    unit = match.group(2).lower() if match else ""
-    if not match or (unit and unit not in _BYTE_UNITS):
-        raise SpecError(
-            f"Cannot read {text!r} as a size.",
-            "A size is a number with an optional unit.",
-            "Write it like '80GB', '24GiB' or '512MiB' (GB = 10^9 bytes, GiB = 2^30 bytes).",
-        )
-    return int(float(match.group(1)) * _BYTE_UNITS[unit or "b"])
 
 
 def parse_duration_s(text: str) -> float:

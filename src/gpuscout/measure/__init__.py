@@ -1,1 +1,10 @@
-"""measure"""
+"""The bench: the job's real task timed on this machine, each case in its own process.
+
+`bench` plans and runs the cases; `harness` isolates, times and records them; `llm_finetune`,
+`llm_inference` and `image_bench` are the job slices, `probes` the machine probes; `peak_memory`,
+`startup` and `fingerprint` record memory, start-up phases and the machine; `depth` extrapolates
+depth-sliced runs (docs/measurement.md).
+
+May import: `torchmodel`, `workload`, `hardware`, `results.schema` and the leaf modules; torch
+only inside functions.
+"""

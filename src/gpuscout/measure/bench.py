@@ -28,12 +28,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpuscout.errors import GpuscoutError, MissingDependencyError
+from gpuscout.errors import GpuscoutError
 from gpuscout.measure.fingerprint import collect_fingerprint
 from gpuscout.measure.harness import BenchSettings, PlannedCase, failed_case, resolve_device, run_isolated
+from gpuscout.measure.image_bench import plan_image_cases
 from gpuscout.measure.llm_finetune import FINETUNE_UNIT_NOTE, plan_finetune_cases
 from gpuscout.measure.llm_inference import FRAMEWORK_LOOP_NOTE, concurrency_levels, plan_inference_cases
 from gpuscout.measure.llm_setup import LlmCaseSpec
+from gpuscout.measure.probes import plan_probe_cases
 from gpuscout.results.schema import BenchResult, Case, FixedVariables, ResultKind, Scalar
 from gpuscout.workload.hf_config import config_depth, shape_from_hf_config
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
@@ -87,16 +89,8 @@ def plan_cases(job: Job | None, model: _ModelRef, *, settings: BenchSettings, de
             else:
                 plan += plan_inference_cases(spec, concurrency_levels(job))
         case ImageJob():
-            try:
-                from gpuscout.measure.image_bench import plan_image_cases
-            except ImportError as exc:
-                raise _missing("the image slice", exc) from None
             plan += plan_image_cases(job, settings, device)
     if probe:
-        try:
-            from gpuscout.measure.probes import plan_probe_cases
-        except ImportError as exc:
-            raise _missing("the machine probes", exc) from None
         plan += plan_probe_cases(settings, device, model.bytes)
     return plan
 
@@ -271,9 +265,3 @@ def _existing_path(ref: str, base_dir: Path | None) -> Path | None:
         if candidate is not None and candidate.exists():
             return candidate.resolve()
     return None
-
-
-def _missing(what: str, exc: ImportError) -> MissingDependencyError:
-    return MissingDependencyError(f"This gpuscout build lacks {what}.", str(exc),
-                                  "Update gpuscout; the module lands with the image/probe slices.")
-

@@ -30,10 +30,6 @@ KvDtype = Literal["fp32", "bf16", "fp16", "fp8"]
 Engine = Literal["vllm", "hf"]
 ImageDtype = Literal["fp32", "bf16", "fp16"]
 
-# What LoRA adapts when the spec says "all-linear" (peft's own shorthand) or nothing.
-DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
 class Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
