@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 
-from gpuscout.cost.pick import PickRow, exclusion, mark_pareto, pick, place
+from gpuscout.cost.pick import PickRow, exclusion, mark_pareto, pick, place, slo_met
+from gpuscout.estimator.speed import estimate_speed
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.currency import ExchangeRate
 from gpuscout.hardware.offers import Offer
 from gpuscout.hardware.price_sheet import load_price_sheet
-from gpuscout.workload.job import FinetuneJob, InferenceJob, Slo
+from gpuscout.workload.image import load_image_preset
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Slo
 from gpuscout.workload.presets import load_llm_preset
 
 TODAY = date(2026, 11, 30)
@@ -118,3 +120,32 @@ def test_unit_costs_divide_the_total() -> None:
     assert r.total_usd is not None
     assert r.unit_costs_usd["usd_per_request"] == pytest.approx(r.total_usd / 1000)
     assert r.unit_costs_usd["usd_per_1m_output_tokens"] == pytest.approx(r.total_usd / 250_000 * 1e6)
+
+
+def test_slo_is_judged_at_the_slow_end_of_the_band() -> None:
+    """A P95 target the mean estimate meets but the band's slow end misses is a miss: a mean flatters."""
+    job = InferenceJob(kind="inference", model="llama-3-8b", prompt_tokens=1000, output_tokens=200, concurrency=8)
+    speed = estimate_speed(job, LLAMA8, find_gpu("h100"))
+    tpot, slow = speed.metrics["tpot_s"], speed.efficiency.band_high
+    assert slow > 1.1
+    between = job.model_copy(update={"slo": Slo(tpot_p95_s=tpot * (1 + slow) / 2)})
+    beyond = job.model_copy(update={"slo": Slo(tpot_p95_s=tpot * slow * 1.01)})
+    assert slo_met(between, speed) is False and slo_met(beyond, speed) is True
+    assert pick(between, LLAMA8, [offer()], today=TODAY).rows[0].excluded == "misses the latency SLO"
+
+
+@pytest.mark.parametrize("job", [
+    InferenceJob(kind="inference", model="llama-3-8b", prompt_tokens=1000, output_tokens=200, requests=4000),
+    ImageJob(kind="image", model="sdxl", images=800),
+], ids=["serving", "image"])
+def test_every_gpu_of_the_instance_serves_as_a_replica(job: InferenceJob | ImageJob) -> None:
+    """One replica fits one GPU, so 8 GPUs work through the requests or images 8 times as fast."""
+    model = LLAMA8 if isinstance(job, InferenceJob) else load_image_preset("sdxl")
+    one, eight = (pick(job, model, [offer(gpu_count=n)], today=TODAY).rows[0] for n in (1, 8))
+    assert one.runtime_s is not None and eight.runtime_s is not None
+    assert eight.runtime_s == pytest.approx(one.runtime_s / 8)
+    throughput = "output_tokens_per_s" if isinstance(job, InferenceJob) else "images_per_s"
+    assert eight.metrics[throughput] == pytest.approx(8 * one.metrics[throughput])
+    latency = "tpot_s" if isinstance(job, InferenceJob) else "s_per_image"
+    if latency in one.metrics:
+        assert eight.metrics[latency] == pytest.approx(one.metrics[latency])  # latency does not scale
