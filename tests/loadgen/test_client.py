@@ -4,7 +4,7 @@ Timing is judged against what the server recorded it did (fake_openai.Served, on
 CLOCK_MONOTONIC is one clock for every process on a Linux host), never against a wall-clock budget:
 * causality, exact up to clock reads, always: client send ≤ server receipt, server write k ≤ client arrival k;
 * the client's stamps: median (client first-chunk arrival − server first write) ≤ 2 ms at concurrency 1,
-  ≤ 5 ms at 32 (measured 0.4–0.6 ms and 1–3 ms on this 2-core VM), so a client 10 ms off fails; median
+  ≤ 5 ms at 32 (measured 0.4–0.6 ms and 2–3.4 ms on this 2-core VM), so a client 10 ms off fails; median
   |client TPOT − server TPOT| ≤ 5% of the token delay. If these fail while the kernel says the client thread
   was starved (it waited ≥ 1 ms for a CPU per timeslice on average: other processes held the cores; a
   quiet VM shows 0.1–0.5 ms), the test skips with the numbers, since the machine, not the client's code,
@@ -87,8 +87,17 @@ class Sched:
             return None  # not Linux, or a kernel without sched_info: starvation cannot be shown
         return Sched(cpu / 1e9, wait / 1e9, slices)
 
-    def since(self, before: Sched) -> Sched:
-        return Sched(self.cpu_s - before.cpu_s, self.wait_s - before.wait_s, self.slices - before.slices)
+    @staticmethod
+    def since(before: Sched | None) -> Sched | None:
+        """This thread's account from `before` until now (None where there is no schedstat)."""
+        now = Sched.now()
+        if now is None or before is None:
+            return None
+        return Sched(now.cpu_s - before.cpu_s, now.wait_s - before.wait_s, now.slices - before.slices)
+
+    @property
+    def starved(self) -> bool:
+        return self.mean_wait_s >= STARVED_WAIT_S
 
     @property
     def mean_wait_s(self) -> float:
@@ -174,10 +183,17 @@ def timed(request: pytest.FixtureRequest) -> Iterator[Timed]:
     with serve_in_process(TTFT, sc.token_delay_s) as server:
         before = Sched.now()
         run = run_load_sync(server.url, "m", prompts, shape)  # runs its event loop in this thread
-        after = Sched.now()
+        sched = Sched.since(before)
         served = server.records()
-    sched = after.since(before) if after is not None and before is not None else None
     yield Timed(sc, run, summarize_load(run, slo=None), pair_up(run, prompts, served), sched)
+
+
+def assert_unless_starved(failures: list[str], sched: Sched | None) -> None:
+    """Fail on `failures`, unless the kernel shows other processes kept the client off the CPU: then the
+    machine, not the client's code, made it late, and the test skips with both sets of numbers."""
+    if failures and sched is not None and sched.starved:
+        pytest.skip(f"{'; '.join(failures)}, but the machine starved the client: {sched}")
+    assert not failures, "; ".join(failures)
 
 
 def _ms(values: list[float]) -> str:
@@ -224,10 +240,7 @@ def test_client_timing_matches_the_servers_record(timed: Timed) -> None:
     if statistics.median(tpot_error) > TPOT_REL_TOL * sc.token_delay_s:
         failures.append(f"client TPOT off the server's by {statistics.median(tpot_error) * 1e3:.3f} ms (median; "
                         f"limit {TPOT_REL_TOL * sc.token_delay_s * 1e3:g} ms)")
-    sched = timed.client_sched
-    if failures and sched is not None and sched.mean_wait_s >= STARVED_WAIT_S:
-        pytest.skip(f"{'; '.join(failures)}, but the machine starved the client: {sched}")
-    assert not failures, "; ".join(failures)
+    assert_unless_starved(failures, timed.client_sched)
 
 
 def test_the_server_honoured_the_injected_delays(timed: Timed) -> None:
@@ -330,15 +343,19 @@ def test_completions_and_non_streaming(fake_server: Callable[..., AbstractContex
 
 def test_open_loop_sends_on_its_absolute_schedule(fake_server: Callable[..., AbstractContextManager[Any]]) -> None:
     with fake_server() as srv:
+        before = Sched.now()
         run = run_load_sync(srv.url, "m", workload(), LoadShape(kind="poisson", rate_rps=100, requests=50, seed=3))
+        sched = Sched.since(before)
     from gpuscout.loadgen.schedule import send_offsets
 
     offsets = send_offsets(run.shape, 50)
     assert [r.intended_s for r in run.records] == pytest.approx(offsets, abs=1e-9)
     case = summarize_load(run, slo=None)
     # The schedule itself is exact (above); the lag bound is loose because the server shares this
-    # process and the machine's two cores with whatever else runs (CI, other tests).
-    assert metric(case, "send_lag_s").summary.p95 < 0.02
+    # process and the machine's two cores with whatever else runs (CI, other tests), and waived when
+    # the kernel shows the client was kept off the CPU (a CPU-bound neighbour took 22 ms P95 here).
+    lag = metric(case, "send_lag_s").summary.p95
+    assert_unless_starved([f"P95 send lag {lag * 1e3:.1f} ms ≥ 20 ms"] if lag >= 0.02 else [], sched)
 
 
 def test_an_overloaded_client_is_marked_invalid(fake_server: Callable[..., AbstractContextManager[Any]]) -> None:
