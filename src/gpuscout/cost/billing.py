@@ -19,7 +19,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuscout.cost.billed_time import billed_seconds
-from gpuscout.cost.spot import SpotOutcome, expected_spot_run, simulate_spot_run
+from gpuscout.cost.spot import SpotOutcome, expected_spot_run, spot_p95_billed_s
 from gpuscout.errors import SpecError
 from gpuscout.hardware.offers import EgressTier, Offer, StorageItem, instance_price_per_hour
 
@@ -70,6 +70,7 @@ class JobCost(BaseModel):
     total: float  # expected
     total_p95: float  # 95th percentile (spot: seeded simulation; otherwise equal to the total)
     interruptions: float  # expected spot interruptions
+    p95_method: str = ""  # how the spot P95 was found: the simulation, or the normal approximation
 
 
 def rate_per_s(offer: Offer) -> float:
@@ -94,7 +95,7 @@ def price_job(offer: Offer, work_s: float, options: CostOptions | None = None) -
     extra_p95 = (run.p95.billed_s - run.expected.billed_s) * rate_per_s(offer)
     return JobCost(offer_id=offer.id, currency=offer.currency, work_s=work_s, billed_s=run.expected.billed_s,
                    lines=tuple(lines), total=total, total_p95=total + max(extra_p95, 0.0),
-                   interruptions=run.expected.interruptions)
+                   interruptions=run.expected.interruptions, p95_method=run.p95_method)
 
 
 class RunOutcome(BaseModel):
@@ -102,6 +103,7 @@ class RunOutcome(BaseModel):
 
     expected: SpotOutcome
     p95: SpotOutcome
+    p95_method: str = ""
 
 
 def run_outcome(offer: Offer, work_s: float, opts: CostOptions) -> RunOutcome:
@@ -111,10 +113,8 @@ def run_outcome(offer: Offer, work_s: float, opts: CostOptions) -> RunOutcome:
         plain = SpotOutcome(billed_s=billed_seconds(segment, offer), running_s=segment, interruptions=0.0)
         return RunOutcome(expected=plain, p95=plain)
     expected = expected_spot_run(offer, work_s)
-    samples = simulate_spot_run(offer, work_s, runs=opts.spot_samples, seed=opts.seed)
-    ordered = sorted(s.billed_s for s in samples)
-    p95_billed = ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
-    return RunOutcome(expected=expected, p95=expected.model_copy(update={"billed_s": p95_billed}))
+    p95_billed, method = spot_p95_billed_s(offer, work_s, runs=opts.spot_samples, seed=opts.seed)
+    return RunOutcome(expected=expected, p95=expected.model_copy(update={"billed_s": p95_billed}), p95_method=method)
 
 
 def compute_line(offer: Offer, run: SpotOutcome) -> CostLine:

@@ -14,6 +14,7 @@ from datetime import date
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.cost.billing import CostOptions, JobCost, price_job
+from gpuscout.cost.spot import SpotNeverFinishes
 from gpuscout.errors import SpecError
 from gpuscout.estimator.memory import Job, Model, estimate_memory
 from gpuscout.estimator.speed import SpeedEstimate, estimate_speed
@@ -92,7 +93,11 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
         return PickRow(**base | {"fits": False, "excluded": f"does not fit in {offer.gpu_count} × {gpu.name}"})
     speed = estimate_speed(placement.job, model, gpu, gpus=placement.group)
     runtime, low, high = (s / placement.replicas for s in (speed.job_s, speed.job_low_s, speed.job_high_s))
-    cost = price_job(offer, runtime, options)
+    try:
+        cost = price_job(offer, runtime, options)
+    except SpotNeverFinishes as exc:
+        return PickRow(**base | {"fits": True, "gpus_needed": placement.gpus_needed, "runtime_s": runtime,
+                                 "bound": speed.bound, "excluded": f"never finishes on spot: {exc.what}"})
     slo = slo_met(job, speed)
     timing = {"fits": True, "gpus_needed": placement.gpus_needed, "runtime_s": runtime, "runtime_low_s": low,
               "runtime_high_s": high, "bound": speed.bound, "metrics": _scaled_metrics(speed, placement),

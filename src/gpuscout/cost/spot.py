@@ -9,6 +9,14 @@ Closed form. A chunk of c seconds of work succeeds with probability e^(−λc); 
 success are geometric, so it takes e^(λc) − 1 interruptions on average, and the time spent on it
 (work plus wasted partial attempts) averages (e^(λc) − 1)/λ — which tends to c + λc²/2, the
 "half a checkpoint interval lost per interruption" rule, when λc is small.
+
+Bounded work, whatever the numbers (docs/cost.md §2.11). A job whose spot run would take more than
+MAX_SPOT_OVERHEAD times its work (interruptions far more frequent than checkpoints) does not
+finish in any useful sense: `SpotNeverFinishes` says so, with the fix, before anything overflows.
+The P95 comes from the seeded simulation while it simulates at most SIMULATED_INTERRUPTIONS
+interruptions over all runs; beyond that, from a normal approximation of the sum of independent
+checkpoint chunks with the exact mean and variance of each (a chunk's failed attempts are
+geometric, each wasting an exponential time truncated to the chunk, plus the restart overhead).
 """
 
 from __future__ import annotations
@@ -19,9 +27,18 @@ import random
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.cost.billed_time import billed_seconds
+from gpuscout.errors import GpuscoutError
 from gpuscout.hardware.offers import Offer
 
 HOUR_S = 3600.0
+MAX_SPOT_OVERHEAD = 10.0  # a spot run longer than 10× its work is reported as never finishing
+MAX_EXPONENT = 50.0  # λ·c above this: e^50 ≈ 5e21 restarts per chunk; refused before exp() overflows
+SIMULATED_INTERRUPTIONS = 200_000  # simulation budget over all runs; beyond it, the normal approximation
+Z_95 = 1.6448536269514722  # one-sided 95% quantile of the standard normal
+
+
+class SpotNeverFinishes(GpuscoutError):
+    """Spot interruptions come so often, against the checkpoint interval, that the job never finishes."""
 
 
 class SpotOutcome(BaseModel):
@@ -42,8 +59,27 @@ def expected_chunk_s(chunk_s: float, rate_per_s: float) -> float:
     return math.expm1(rate_per_s * chunk_s) / rate_per_s
 
 
+def check_spot_finishes(offer: Offer, work_s: float) -> None:
+    """Raise `SpotNeverFinishes` when the expected spot run exceeds MAX_SPOT_OVERHEAD × the work."""
+    lam = offer.interruptions_per_hour / HOUR_S
+    chunk = min(offer.checkpoint_interval_s, work_s)
+    exponent = lam * chunk
+    overhead = math.inf if exponent > MAX_EXPONENT else expected_chunk_s(chunk, lam) / chunk
+    if overhead > MAX_SPOT_OVERHEAD:
+        every_min = 60.0 / offer.interruptions_per_hour
+        raise SpotNeverFinishes(
+            f"{offer.id}: spot interruptions every {every_min:.3g} min on average against checkpoints every "
+            f"{offer.checkpoint_interval_s / 60:.3g} min: the job would run "
+            + ("more than 10^20 times" if math.isinf(overhead) else f"{overhead:,.0f}×") + " its work time.",
+            "Work since the last checkpoint is lost at every interruption; when interruptions come much more "
+            "often than checkpoints, almost no chunk of work ever completes.",
+            "Checkpoint more often (checkpoint_interval_s well below the mean time between interruptions), "
+            "check interruptions_per_hour, or use on-demand capacity.")
+
+
 def expected_spot_run(offer: Offer, work_s: float) -> SpotOutcome:
     """Expected billed time and interruptions; rounding is approximated as half an increment per segment."""
+    check_spot_finishes(offer, work_s)
     lam = offer.interruptions_per_hour / HOUR_S
     full, rest = _chunks(work_s, offer.checkpoint_interval_s)
     interruptions = full * math.expm1(lam * offer.checkpoint_interval_s) + math.expm1(lam * rest)
@@ -53,8 +89,50 @@ def expected_spot_run(offer: Offer, work_s: float) -> SpotOutcome:
     return SpotOutcome(billed_s=running + rounding, running_s=running, interruptions=interruptions)
 
 
+def spot_p95_billed_s(offer: Offer, work_s: float, *, runs: int, seed: int) -> tuple[float, str]:
+    """The 95th percentile of the billed time, and how it was found (simulated, or approximated)."""
+    expected = expected_spot_run(offer, work_s)
+    if expected.interruptions * runs <= SIMULATED_INTERRUPTIONS:
+        ordered = sorted(s.billed_s for s in simulate_spot_run(offer, work_s, runs=runs, seed=seed))
+        return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)], f"seeded simulation of {runs} runs"
+    return expected.billed_s + Z_95 * math.sqrt(running_variance(offer, work_s)), (
+        f"normal approximation ({expected.interruptions:,.0f} interruptions expected: too many to simulate)")
+
+
+def running_variance(offer: Offer, work_s: float) -> float:
+    """Variance of the running time: independent chunks, each c + Σ_(failures) (wasted time + restart)."""
+    lam = offer.interruptions_per_hour / HOUR_S
+    full, rest = _chunks(work_s, offer.checkpoint_interval_s)
+    return full * _chunk_variance(offer.checkpoint_interval_s, lam, offer.restart_overhead_s) + (
+        _chunk_variance(rest, lam, offer.restart_overhead_s) if rest else 0.0)
+
+
+def _chunk_variance(chunk_s: float, lam: float, restart_s: float) -> float:
+    """Var[T] = m·Var[X] + m(m+1)·E[X]², m = e^(λc) − 1 failures on average (geometric), X = W + restart."""
+    m = math.expm1(lam * chunk_s)
+    mean_w, mean_w2 = _truncated_exponential_moments(chunk_s, lam)
+    mean_x = mean_w + restart_s
+    return m * (mean_w2 - mean_w**2) + m * (m + 1) * mean_x**2
+
+
+def _truncated_exponential_moments(chunk_s: float, lam: float) -> tuple[float, float]:
+    """E[W], E[W²] of the time into a chunk when an interruption hits (Exp(λ) truncated to [0, c]).
+
+    E[W] = 1/λ − c/m and E[W²] = 2/λ² − (c² + 2c/λ)/m with m = e^(λc) − 1; for small λc these
+    cancel badly, so the series c/2 − λc²/12 and c²/3 − λc³/12 (uniform on [0, c] to first order) is used.
+    """
+    x = lam * chunk_s
+    if x < 1e-3:
+        return chunk_s / 2 - lam * chunk_s**2 / 12, chunk_s**2 / 3 - lam * chunk_s**3 / 12
+    m = math.expm1(x)
+    return 1 / lam - chunk_s / m, 2 / lam**2 - (chunk_s**2 + 2 * chunk_s / lam) / m
+
+
 def simulate_spot_run(offer: Offer, work_s: float, *, runs: int, seed: int) -> list[SpotOutcome]:
-    """Monte Carlo of `runs` spot runs with exact per-segment minimums and rounding."""
+    """Monte Carlo of `runs` spot runs with exact per-segment minimums and rounding.
+
+    Callers keep the expected interruptions × runs within SIMULATED_INTERRUPTIONS (`spot_p95_billed_s`).
+    """
     rng = random.Random(seed)
     lam = offer.interruptions_per_hour / HOUR_S
     full, rest = _chunks(work_s, offer.checkpoint_interval_s)
