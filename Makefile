@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 # On these machines torch 2.13.0 (CPU) installs from local disk; on a GPU box set TORCH=torch.
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test bench clean
+.PHONY: demo test bench golden clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,10 @@ test: $(VENV)/.test
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+# Refresh the expected screens in tests/report/golden/ after an intended change to a view; review the diff.
+golden: $(VENV)/.test
+	GPUSCOUT_UPDATE_GOLDEN=1 $(BIN)/pytest -q tests/report/test_golden.py
 
 bench: $(VENV)/.test
 	$(BIN)/python benchmarks/estimator_speed.py

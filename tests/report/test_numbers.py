@@ -50,3 +50,30 @@ def test_times_parse_as_iso_8601_in_utc_without_a_zone() -> None:
     assert parse_time_s("2025-06-01T12:00:00", "--created-at") == 1748779200.0
     with pytest.raises(Exception, match="not an ISO 8601 time"):
         parse_time_s("June", "--created-at")
+
+
+def test_a_quantity_takes_its_unit_from_its_name() -> None:
+    assert numbers.quantity("step_s", 38.98) == "39.0 s" and numbers.quantity("ttft_s", 0.4568) == "457 ms"
+    assert numbers.quantity("tokens_per_s", 1681.2) == "1,681/s" and numbers.quantity("mfu", 0.3408) == "34.1%"
+    assert numbers.quantity("achieved_tflops", 81.72) == "81.7 TFLOP/s"
+    assert numbers.quantity("download_bytes_per_s", 1.9e9) == "1.90 GB/s"
+    assert numbers.quantity("s_per_image", 7.025) == "7.03 s" and numbers.quantity("steps", 763.0) == "763"
+
+
+def test_a_column_gets_one_unit_that_suits_its_largest_value() -> None:
+    assert numbers.common_unit([0.0235, 0.0567], "s") == ("ms", 1e-3)
+    assert numbers.common_unit([0.0004], "s") == ("µs", 1e-6) and numbers.common_unit([1.5, 0.2], "s") == ("s", 1.0)
+    assert numbers.common_unit([20 * 2**30], "bytes") == ("GiB", float(2**30))
+    assert numbers.common_unit([0.5], "fraction") == ("%", 0.01)
+    assert numbers.common_unit([1001.0], "tokens/s") == ("tokens/s", 1.0) and numbers.common_unit([], "s")[0] == "µs"
+    assert numbers.in_unit(0.0235, 1e-3) == "23.5" and numbers.in_unit(None, 1.0) == "—"
+
+
+def test_bands_name_their_unit_once_when_both_ends_share_it() -> None:
+    assert numbers.duration_band(3.3 * 3600, 7.0 * 3600) == "3.3–7.0 h"
+    assert numbers.duration_band(82 * 60, 2.9 * 3600) == "82 min–2.9 h"
+    assert numbers.ratio_band(1.994, 2.011) == "1.99–2.01×" and numbers.ratio_band(math.nan, 1.0) == "n/a"
+
+
+def test_exact_counts_keep_every_digit() -> None:
+    assert numbers.exact(8_030_261_248) == "8,030,261,248" and numbers.exact(3) == "3"

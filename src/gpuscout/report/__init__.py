@@ -1,8 +1,10 @@
 """Rendering only: console tables, Markdown and JSON for every command, with one number formatter.
 
 Each module renders one command's result (`estimate`, `pick`, `compare`, `bench`, `load`, `probe`,
-`model`, `catalog`, `examples`); `payload` builds `--json`; `numbers` formats every figure.
-Nothing here computes a result.
+`model`, `catalog`, `examples`; `estimate_detail` and `compare_cells` hold the parts of the two
+largest); `payload` builds `--json`; `numbers` formats every figure; `layout` and `footnotes`
+keep every table legible at 80 columns (figures never wrap, formulas and sources are numbered
+footnotes under the table, `--wide` adds columns). Nothing here computes a result.
 
 May import: every library package (not `api` or `cli`).
 """

@@ -8,20 +8,25 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpuscout.report.numbers import sig, size, value_in
+from gpuscout.report.layout import label_column, number_column, prose_column
+from gpuscout.report.numbers import common_unit, in_unit, percent, ratio, seconds, size, value_in
 from gpuscout.results.beside import EstimateBeside
 from gpuscout.results.schema import BenchResult, Case, Fingerprint, Metric, PeakMemory
 
 
-def bench_screen(result: BenchResult, beside: EstimateBeside | None, output: Path | None) -> RenderableType:
-    """The bench result: fixed variables, each case's metrics, memory and startup, the machine."""
+def bench_screen(result: BenchResult, beside: EstimateBeside | None, output: Path | None, *,
+                 wide: bool = False) -> RenderableType:
+    """The bench result: fixed variables, each case's metrics, memory and startup, the machine.
+
+    `wide` adds each metric's P99 and 95% CI half-width.
+    """
     estimate = [estimate_table(beside)] if beside is not None else []
     fp = result.fingerprint
     where = f"{fp.gpu_name} ({fp.gpu_sku or 'no catalog SKU'})" if fp.gpu_name else f"CPU: {fp.cpu_model}"
     head = Text.assemble(("gpuscout bench", "bold"), f" — {result.name} ({result.kind}) on {where}")
     parts: list[RenderableType] = [head, _fixed_line(result)]
     for case in result.cases:
-        parts += case_parts(case)
+        parts += case_parts(case, wide=wide)
     parts += estimate or []
     parts.append(fingerprint_table(fp))
     parts += [Text(f"note: {n}", style="dim") for n in result.notes]
@@ -41,39 +46,49 @@ def _fixed_line(result: BenchResult) -> Text:
                 f"{settings}", style="dim")
 
 
-def case_parts(case: Case) -> list[RenderableType]:
+def case_parts(case: Case, *, wide: bool = False) -> list[RenderableType]:
     title = f"{case.name}" + (f" — {case.layers} of {case.full_layers} layers built" if case.layers else "")
     if case.failure is not None:
         size = ", ".join(f"{k}={v}" for k, v in case.failure.size.items() if v is not None)
         return [Text.assemble((f"{title}: FAILED ({case.failure.kind})", "bold red"),
                               (f" at {size}\n  {case.failure.message}", "red"))]
-    parts: list[RenderableType] = [metric_table(title, case.metrics)]
+    parts: list[RenderableType] = [metric_table(title, case.metrics, wide=wide)]
     if any(m.extrapolated for m in case.metrics):
         parts.append(Text(f"magenta rows (*_full_depth): extrapolated from {case.layers} built layers to "
                           f"{case.full_layers}, not measured", style="magenta"))
     parts.append(Text(f"peak memory: {memory_line(case.peak_memory)}"))
     if case.startup:
-        parts.append(Text("startup: " + " · ".join(f"{p.name} {p.seconds:,.2f} s" for p in case.startup)))
+        parts.append(Text("startup: " + " · ".join(f"{p.name} {seconds(p.seconds)}" for p in case.startup)))
     parts += [Text(f"  {n}", style="dim") for n in case.notes]
     return parts
 
 
-def metric_table(title: str, metrics: tuple[Metric, ...]) -> Table:
-    """One row per metric: mean, percentiles, the 95% CI half-width of the mean, spread (IQR/median)."""
+def metric_table(title: str, metrics: tuple[Metric, ...], *, wide: bool = False) -> Table:
+    """One row per metric in one unit: mean, P50, P95, spread (IQR/median); `wide` adds P99 and the CI.
+
+    The 95% CI column is the half-width of the mean's confidence interval.
+    """
     repeats = max((m.summary.n for m in metrics if m.summary), default=1)
     table = Table(title=f"{title} · {repeats} repeats", title_justify="left", title_style="bold")
-    for column in ("metric", "mean", "P50", "P95", "P99", "95% CI ±", "spread", "unit"):
-        table.add_column(column, justify="left" if column in ("metric", "unit") else "right")
+    prose_column(table, "metric")
+    label_column(table, "unit")
+    for column in ("mean", "P50", "P95", *(("P99", "95% CI ±") if wide else ()), "spread"):
+        number_column(table, column)
     for m in metrics:
-        s = m.summary
-        name = Text(m.name, style="magenta" if m.extrapolated else "")
-        if s is None:
-            table.add_row(name, sig(m.value), "", "", "", "", "", m.unit)
-            continue
-        spread = Text(f"{s.spread:.0%}" + (" !" if s.spread_flag else ""), style="yellow" if s.spread_flag else "")
-        table.add_row(name, sig(s.mean), sig(s.p50), sig(s.p95), sig(s.p99), sig((s.ci95_high - s.ci95_low) / 2),
-                      spread, m.unit)
+        table.add_row(*_metric_cells(m, wide=wide))
     return table
+
+
+def _metric_cells(m: Metric, *, wide: bool) -> list[str | Text]:
+    s = m.summary
+    name = Text(m.name, style="magenta" if m.extrapolated else "")
+    figures = [m.value] if s is None else [s.mean, s.p50, s.p95, s.p99]
+    unit, factor = common_unit(figures, m.unit)
+    if s is None:
+        return [name, unit, in_unit(m.value, factor), "", "", *(("", "") if wide else ()), ""]
+    spread = Text(percent(s.spread) + (" !" if s.spread_flag else ""), style="yellow" if s.spread_flag else "")
+    more = (in_unit(s.p99, factor), in_unit((s.ci95_high - s.ci95_low) / 2, factor)) if wide else ()
+    return [name, unit, in_unit(s.mean, factor), in_unit(s.p50, factor), in_unit(s.p95, factor), *more, spread]
 
 
 def memory_line(peak: PeakMemory) -> str:
@@ -88,7 +103,7 @@ def fingerprint_table(fp: Fingerprint) -> Table:
     table = Table(title="machine", title_justify="left", title_style="bold", show_header=False)
     table.add_column("field")
     table.add_column("value")
-    gpu = (f"{fp.gpu_count} × {fp.gpu_name}, {size(fp.gpu_memory_bytes or 0)}, SKU {fp.gpu_sku or '—'}"
+    gpu = (f"{fp.gpu_count} × {fp.gpu_name}, {_size(fp.gpu_memory_bytes)}, SKU {fp.gpu_sku or '—'}"
            if fp.gpu_name else "none (CPU run)")
     rows: list[tuple[str, str | None]] = [
         ("GPU", gpu),
@@ -99,7 +114,7 @@ def fingerprint_table(fp: Fingerprint) -> Table:
         ("PCIe / MIG / ECC", f"gen {fp.pcie_generation} x{fp.pcie_width} / {fp.mig_mode} / {fp.ecc}"
          if fp.pcie_generation else None),
         ("CPU", f"{fp.cpu_model}, {fp.cpu_cores} cores"),
-        ("RAM / disk free", f"{size(fp.ram_bytes or 0)} / {size(fp.disk_free_bytes or 0)}"),
+        ("RAM / disk free", f"{_size(fp.ram_bytes)} / {_size(fp.disk_free_bytes)}"),
         ("Python / platform", f"{fp.python} / {fp.platform}"),
         ("libraries", ", ".join(f"{k} {v}" for k, v in fp.libraries.items())),
     ]
@@ -109,15 +124,21 @@ def fingerprint_table(fp: Fingerprint) -> Table:
     return table
 
 
+def _size(nbytes: int | None) -> str:
+    """A size the probe may not have read: '—' rather than a misleading '0 B'."""
+    return "—" if nbytes is None else size(nbytes)
+
+
 def estimate_table(beside: EstimateBeside) -> RenderableType:
     """gpuscout's estimate for this GPU against what the case at the job's own size measured."""
     if not beside.rows:
         return Text(f"No estimate beside: {beside.reason}.", style="dim")
     table = Table(title=f"estimate ({beside.gpu_sku}) beside the measurement ({beside.case})", title_justify="left",
                   title_style="bold")
-    for column in ("metric", "estimate", "measured", "measured / estimate"):
-        table.add_column(column, justify="left" if column == "metric" else "right")
+    prose_column(table, "metric")
+    for column in ("estimate", "measured", "measured\n/ estimate"):
+        number_column(table, column)
     for row in beside.rows:
         table.add_row(row.metric, value_in(row.estimate, row.unit), value_in(row.measured, row.unit),
-                      f"{row.ratio:.2f}")
+                      ratio(row.ratio))
     return table

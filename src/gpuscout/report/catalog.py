@@ -1,28 +1,42 @@
-"""The GPU catalog as a table (`gpuscout gpus`)."""
+"""The GPU catalog as a table (`gpuscout gpus`).
+
+Figures in columns with their units in the headers; each GPU's name, interconnect and open
+verification marks are a footnote, so the table stays one line per GPU at 80 columns.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich.console import Group, RenderableType
 from rich.table import Table
 
 from gpuscout.hardware.catalog import Gpu
-from gpuscout.report.numbers import gib
+from gpuscout.report.footnotes import Footnotes
+from gpuscout.report.layout import label_column, number_column
+from gpuscout.report.numbers import GIB, sig
 
 
-def gpu_table(gpus: Sequence[Gpu]) -> Table:
+def gpu_table(gpus: Sequence[Gpu]) -> RenderableType:
+    notes = Footnotes()
     table = Table(title="GPU catalog (dense peaks; sources in gpus.toml)")
-    for col in ("SKU", "name", "memory", "visible", "bandwidth", "bf16", "fp8", "interconnect", "verify"):
-        table.add_column(col, overflow="fold")
+    label_column(table, "SKU")
+    for header in ("memory\nGB", "visible\nGiB", "bandwidth\nTB/s", "bf16\nTFLOP/s", "fp8\nTFLOP/s"):
+        number_column(table, header)
+    label_column(table, "")
     for g in gpus:
         table.add_row(
-            g.sku, g.name, f"{g.memory_bytes / 1e9:.0f} GB",
-            gib(g.memory_visible_bytes) if g.memory_visible_bytes else "-",
-            f"{g.memory_bandwidth_bytes_per_s / 1e12:.2f} TB/s", _tflops(g.bf16_flops_per_s),
-            _tflops(g.fp8_flops_per_s), g.interconnect, ", ".join(g.verify) or "",
-        )
-    return table
+            g.sku, sig(g.memory_bytes / 1e9, 2), sig(g.memory_visible_bytes / GIB) if g.memory_visible_bytes else "-",
+            sig(g.memory_bandwidth_bytes_per_s / 1e12), _tflops(g.bf16_flops_per_s), _tflops(g.fp8_flops_per_s),
+            notes.ref(_about(g)))
+    return Group(table, notes.flush())
+
+
+def _about(g: Gpu) -> str:
+    """The footnote of one GPU: its name, interconnect and what is still to verify."""
+    verify = f"; verify: {', '.join(g.verify)}" if g.verify else ""
+    return f"{g.name}: {g.interconnect}{verify}"
 
 
 def _tflops(value: float | None) -> str:
-    return f"{value / 1e12:,.1f} TF" if value else "—"
+    return sig(value / 1e12) if value else "—"

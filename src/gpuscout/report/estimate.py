@@ -1,4 +1,9 @@
-"""`gpuscout estimate`: the screening table, one GPU's breakdown, fixes and speed, and the trace beside."""
+"""`gpuscout estimate`: the screening table (one line per GPU), each named GPU's detail, the trace beside.
+
+At 80 columns the table keeps what a decision needs (memory, fit, job time, the cheapest fix,
+cut to the width left, with the whole fix as a footnote); `--wide` adds the largest sizes that
+fit, the runtime band and the bound. The detail of one GPU is in `report/estimate_detail.py`.
+"""
 
 from __future__ import annotations
 
@@ -10,113 +15,86 @@ from rich.text import Text
 
 from gpuscout.estimator.breakdown import MemoryBreakdown, bytes_by_category
 from gpuscout.estimator.screen import GpuVerdict, Screening
-from gpuscout.estimator.speed import SpeedEstimate
-from gpuscout.report.numbers import GIB, duration, gib
+from gpuscout.report.estimate_detail import verdict_detail
+from gpuscout.report.footnotes import Footnotes
+from gpuscout.report.layout import label_column, number_column, one_line, plain, prose_column
+from gpuscout.report.numbers import duration, duration_band, exact, gib_number, ratio, size
 from gpuscout.trace.llm import TraceResult
 
+CAPTION = "GiB = 2^30 bytes; usable = what the GPU shows (nvidia-smi total where known)"
 
-def screening_table(screening: Screening) -> Table:
-    """One row per GPU: does it fit, how much is left, the limits, and the first fix."""
+
+def screening_table(screening: Screening, notes: Footnotes, *, wide: bool = False) -> RenderableType:
+    """One row per GPU: memory, fit, job time and the cheapest fix; `wide` adds limits, band and bound.
+
+    The title and caption are lines of their own, wrapped at the terminal's width, not the table's.
+    """
     title = f"{screening.job_name} — {screening.model_name} ({screening.job_kind}): memory and speed per GPU"
-    table = Table(title=title,
-                  caption="GiB = 2^30 bytes; usable = what the GPU shows (nvidia-smi total where known)")
-    limit_names = list(screening.verdicts[0].limits.values) if screening.verdicts else []
-    columns = ("GPU", "usable GiB", "peak GiB", "headroom", "fits", *[f"max {n}" for n in limit_names],
-               "job time (band)", "bound", "cheapest fix")
-    for col in columns:
-        table.add_column(col, overflow="fold", no_wrap=col == "GPU",
-                         justify="left" if col in ("GPU", "cheapest fix", "job time (band)", "bound") else "right")
+    table = Table()
+    limit_names = list(screening.verdicts[0].limits.values) if wide and screening.verdicts else []
+    with_fix = any(not v.fits for v in screening.verdicts)
+    label_column(table, "GPU")
+    for header in ("usable\nGiB", "peak\nGiB", "headroom\nGiB"):
+        number_column(table, header)
+    label_column(table, "fits")
+    for name in limit_names:
+        number_column(table, f"max\n{name}")
+    number_column(table, "job time (band)" if wide else "job time")
+    if wide:
+        label_column(table, "bound")
+    if with_fix:
+        prose_column(table, "cheapest fix")
     for v in screening.verdicts:
-        table.add_row(v.gpu_sku, _num(v.breakdown.usable_bytes), _num(v.breakdown.peak_bytes),
-                      _headroom(v), _fit_mark(v), *[f"{v.limits.values[n]:,}" for n in limit_names],
-                      _job_time(v), v.speed.bound if v.speed else "-", _first_fix(v))
-    return table
+        table.add_row(*_cells(v, limit_names, notes, wide=wide, with_fix=with_fix))
+    return Group(Text(title, style="bold"), table, Text(CAPTION, style="dim"))
 
 
-def _job_time(v: GpuVerdict) -> str:
+def _cells(v: GpuVerdict, limit_names: list[str], notes: Footnotes, *, wide: bool,
+           with_fix: bool) -> list[str | Text]:
+    cells: list[str | Text] = [v.gpu_sku, gib_number(v.breakdown.usable_bytes), gib_number(v.breakdown.peak_bytes),
+                               Text(gib_number(v.headroom_bytes), style="green" if v.fits else "red"), _fit_mark(v)]
+    cells += [exact(v.limits.values[n]) for n in limit_names]
+    cells.append(_job_time(v, wide=wide))
+    if wide:
+        cells.append(v.speed.bound if v.speed else "-")
+    if with_fix:
+        cells.append(_fix_cell(v, notes))
+    return cells
+
+
+def _job_time(v: GpuVerdict, *, wide: bool) -> str:
     if v.speed is None:
         return "-"
     s = v.speed
-    return f"{duration(s.job_s)} ({duration(s.job_low_s)}–{duration(s.job_high_s)})"
-
-
-def _num(nbytes: int) -> str:
-    return f"{nbytes / GIB:,.1f}"
-
-
-def _headroom(v: GpuVerdict) -> Text:
-    return Text(_num(v.headroom_bytes), style="green" if v.fits else "red")
+    return f"{duration(s.job_s)} ({duration_band(s.job_low_s, s.job_high_s)})" if wide else duration(s.job_s)
 
 
 def _fit_mark(v: GpuVerdict) -> Text:
     return Text("yes", style="bold green") if v.fits else Text("no", style="bold red")
 
 
-def _first_fix(v: GpuVerdict) -> str:
+def _fix_cell(v: GpuVerdict, notes: Footnotes) -> Text:
+    """The fix's spec edits on one line, cut to the room left; the whole fix is a footnote."""
+    edits, how = _cheapest_fix(v)
+    if not edits:
+        return plain(edits)
+    return one_line(f"{notes.ref(f'{edits}: {how}' if how else edits)} {edits}")
+
+
+def _cheapest_fix(v: GpuVerdict) -> tuple[str, str]:
+    """The job-spec edits that make the job fit, and the same in words ('' when it fits)."""
     if v.fits:
-        return ""
+        return "", ""
     if v.plan:
-        return ", ".join(_edits(s.spec_change) for s in v.plan)
-    return "no single-GPU plan found" if not v.suggestions else _edits(v.suggestions[-1].spec_change)
+        return ", ".join(_edits(s.spec_change) for s in v.plan), ", then ".join(s.change for s in v.plan)
+    if not v.suggestions:
+        return "no single-GPU plan found", ""
+    return _edits(v.suggestions[-1].spec_change), v.suggestions[-1].change
 
 
 def _edits(spec_change: Mapping[str, object]) -> str:
     """A suggestion as the job-spec edits that make it: 'micro_batch=1 grad_accum=16'."""
     return " ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in spec_change.items())
-
-
-def breakdown_table(b: MemoryBreakdown, title: str) -> Table:
-    table = Table(title=title)
-    for col in ("term", "category", "GiB", "formula and source"):
-        table.add_column(col, overflow="fold", justify="right" if col == "GiB" else "left")
-    for t in b.terms:
-        table.add_row(t.name, t.category, f"{t.bytes / GIB:,.2f}", t.formula)
-    table.add_row(Text("peak", style="bold"), "", Text(f"{b.peak_bytes / GIB:,.2f}", style="bold"), "; ".join(b.notes))
-    table.add_row("usable on this GPU", "", f"{b.usable_bytes / GIB:,.2f}",
-                  Text("fits" if b.fits else "does NOT fit", style="green" if b.fits else "red"))
-    return table
-
-
-def verdict_detail(v: GpuVerdict) -> RenderableType:
-    parts: list[RenderableType] = [breakdown_table(v.breakdown, f"{v.gpu_name}: memory breakdown per GPU")]
-    if v.peak_by_gpu_count:
-        parts.append(Text("Per-GPU peak by GPU count: " + ", ".join(
-            f"{n} GPU{'s' if n > 1 else ''}: {gib(p)}" + (" ✓" if p <= v.breakdown.usable_bytes else " ✗")
-            for n, p in v.peak_by_gpu_count.items())))
-    if v.suggestions:
-        parts.append(suggestion_table(v))
-    if v.limits.values:
-        parts.append(Text("Largest that fits: " + ", ".join(f"{k} = {val:,}" for k, val in v.limits.values.items())))
-    if v.speed is not None:
-        parts.append(speed_table(v.speed))
-    return Group(*parts)
-
-
-def speed_table(s: SpeedEstimate) -> RenderableType:
-    """Each phase's roofline: FLOPs and bytes, the time each would take, and which bound wins."""
-    table = Table(title=f"Speed on {s.gpus} × {s.gpu_sku}: job {duration(s.job_s)} "
-                        f"(band {duration(s.job_low_s)}–{duration(s.job_high_s)}), {s.bound}-bound")
-    for col in ("phase", "TFLOP", "GB moved", "compute s", "memory s", "comm s", "time s", "bound", "formula"):
-        table.add_column(col, overflow="fold", justify="left" if col in ("phase", "bound", "formula") else "right")
-    for p in s.phases:
-        table.add_row(p.name, f"{p.flops / 1e12:,.3g}", f"{p.bytes / 1e9:,.3g}", f"{p.compute_s:.3g}",
-                      f"{p.memory_s:.3g}", f"{p.comm_s:.3g}", f"{p.seconds:.3g}", p.bound, p.formula)
-    eff = s.efficiency
-    metrics = ", ".join(f"{k} = {v:,.4g}" for k, v in s.metrics.items())
-    notes = Text(f"{metrics}\nefficiency: compute {eff.compute:g}, bandwidth {eff.bandwidth:g}, link {eff.link:g}, "
-                 f"overlap {eff.overlap:g}, band ×{eff.band_low:g}–×{eff.band_high:g} ({eff.source})", style="dim")
-    return Group(table, notes)
-
-
-def suggestion_table(v: GpuVerdict) -> Table:
-    table = Table(title="What to change (cheapest in speed first; each alone)")
-    for col in ("change", "saves", "peak after", "fits alone", "cost in speed"):
-        table.add_column(col, overflow="fold")
-    for s in v.suggestions:
-        table.add_row(s.change, gib(s.saves_bytes), gib(s.peak_bytes), "yes" if s.fits else "no", s.speed_cost)
-    if v.plan:
-        table.caption = "Combined plan that fits: " + " → ".join(s.change for s in v.plan)
-    return table
 
 
 def trace_table(analytic: MemoryBreakdown, traced: Mapping[str, int], traced_total: int) -> Table:
@@ -126,19 +104,20 @@ def trace_table(analytic: MemoryBreakdown, traced: Mapping[str, int], traced_tot
     the sums of their terms. Compare totals on the "allocated peak" row.
     """
     table = Table(title="Analytic estimate vs traced real model step (FakeTensorMode + MemTracker)")
-    for col in ("category", "analytic", "traced", "analytic / traced"):
-        table.add_column(col, justify="left" if col == "category" else "right")
+    prose_column(table, "category")
+    for col in ("analytic", "traced", "analytic\n/ traced"):
+        number_column(table, col)
     ours = bytes_by_category(analytic)
     ours["activations"] = ours.get("activations", 0) + ours.pop("kv_cache", 0)  # the trace counts KV there
     overhead = ours.pop("overhead", 0)
     for cat in ("weights", "gradients", "optimizer_states", "activations", "temporaries"):
         a, t = ours.get(cat, 0), traced.get(cat, 0)
-        table.add_row(cat, gib(a), gib(t), f"{a / t:.2f}" if t else "-")
+        table.add_row(cat, size(a), size(t), ratio(a / t) if t else "-")
     allocated = analytic.peak_bytes - overhead
-    table.add_row(Text("allocated peak", style="bold"), gib(allocated), gib(traced_total),
-                  f"{allocated / traced_total:.2f}" if traced_total else "-")
-    table.add_row("GPU-only overheads (analytic only)", gib(overhead), gib(overhead), "")
-    table.add_row(Text("peak on the GPU", style="bold"), gib(analytic.peak_bytes), gib(traced_total + overhead), "")
+    table.add_row(Text("allocated peak", style="bold"), size(allocated), size(traced_total),
+                  ratio(allocated / traced_total) if traced_total else "-")
+    table.add_row("GPU-only overheads (analytic only)", size(overhead), size(overhead), "")
+    table.add_row(Text("peak on the GPU", style="bold"), size(analytic.peak_bytes), size(traced_total + overhead), "")
     return table
 
 
@@ -146,11 +125,13 @@ def estimate_screen(screening: Screening, *, detailed: bool, wide: bool = False,
                     trace_analytic: MemoryBreakdown | None = None, trace_scope: str | None = None,
                     trace_skipped: str | None = None) -> RenderableType:
     """The screening table; every named GPU's detail; the trace beside the analytic estimate."""
-    parts: list[RenderableType] = [screening_table(screening)]
+    notes = Footnotes()
+    parts: list[RenderableType] = [screening_table(screening, notes, wide=wide), notes.flush()]
     if detailed:
-        parts += [verdict_detail(v) for v in screening.verdicts]
+        parts += [verdict_detail(v, notes, wide=wide) for v in screening.verdicts]
     else:
-        parts.append(Text("Detail for one GPU: gpuscout estimate JOB.toml --gpu h100", style="dim"))
+        more = "" if wide else "; largest sizes that fit, runtime band and bound: --wide"
+        parts.append(Text(f"Detail for one GPU: gpuscout estimate JOB.toml --gpu h100{more}", style="dim"))
     if trace_skipped is not None:
         parts.append(Text(f"Trace skipped: {trace_skipped}", style="yellow"))
     if trace is not None and trace_analytic is not None:

@@ -15,8 +15,9 @@ from gpuscout.loadgen.client import Progress
 from gpuscout.loadgen.schedule import LoadShape
 from gpuscout.loadgen.search import SearchResult
 from gpuscout.loadgen.session import workload_path
-from gpuscout.report.numbers import money
-from gpuscout.results.schema import BenchResult, Metric
+from gpuscout.report.layout import label_column, number_column, prose_column
+from gpuscout.report.numbers import common_unit, in_unit, money, percent, sig
+from gpuscout.results.schema import BenchResult, Case, Metric
 
 
 @contextmanager
@@ -41,30 +42,35 @@ def load_warnings(result: BenchResult, console: Console) -> None:
                 console.print(f"[yellow]warning:[/] {case.name}: {note}", highlight=False)
 
 
-FORMULAS = ("ttft = first content chunk − send; e2e = last content chunk − send; "
-            "tpot = (e2e − ttft)/(output tokens − 1); chunk gap = every gap between content chunks; "
-            "*from intended = from the scheduled send time (coordinated omission)")
+FORMULAS = ("ttft = first content chunk − send", "e2e = last content chunk − send",
+            "tpot = (e2e − ttft)/(output tokens − 1)", "chunk gap = every gap between content chunks",
+            "intended = from the scheduled send time (coordinated omission); lag = send − scheduled send")
+# (metric, summary field, header): the default columns, then what `--wide` adds.
+LATENCIES = (("ttft_s", "p50", "TTFT\nP50"), ("ttft_s", "p95", "TTFT\nP95"), ("tpot_s", "p50", "TPOT\nP50"),
+             ("tpot_s", "p95", "TPOT\nP95"))
+WIDE_LATENCIES = (("e2e_s", "p95", "e2e\nP95"), ("ttft_from_intended_s", "p95", "TTFT P95\nintended"),
+                  ("send_lag_s", "p95", "lag\nP95"))
 
 
 def load_screen(result: BenchResult, *, output: Path | None, costs: Sequence[LoadCost],
                 search: SearchResult | None, wide: bool = False) -> RenderableType:
-    """One row per measured level, the metric formulas, notes, the search's conclusion, the cost."""
+    """One row per measured level, the metric formulas, notes, the search's conclusion, the cost.
+
+    At 80 columns a level shows its requests, throughput, TTFT and TPOT P50/P95 and validity, with
+    every latency in one unit named in the title; `--wide` adds e2e, the latency from the intended
+    send time, the send lag and the error rate.
+    """
+    latencies = LATENCIES + (WIDE_LATENCIES if wide else ())
+    unit, factor = common_unit(_latency_values(result, latencies), "s")
     table = Table(title=f"gpuscout load — {result.fixed.model} ({result.fixed.settings.get('endpoint')}, "
-                        f"{'stream' if result.fixed.settings.get('stream') else 'no stream'})")
-    for col in ("case", "ok/sent", "req/s", "out tok/s", "TTFT P50", "TTFT P95", "TPOT P50", "TPOT P95", "e2e P95",
-                "TTFT P95 (intended)", "lag P95", "errors", "valid"):
-        table.add_column(col, justify="left" if col == "case" else "right")
+                        f"{'stream' if result.fixed.settings.get('stream') else 'no stream'}); latencies in {unit}")
+    prose_column(table, "case")
+    for header in ("ok/sent", "req/s", "out\ntok/s", *(h for _, _, h in latencies), *(("errors",) if wide else ())):
+        number_column(table, header)
+    label_column(table, "valid")
     for case in result.cases:
-        m = {x.name: x for x in case.metrics}
-        sent = int(case.params.get("requests") or 0) or len(m["send_lag_s"].samples if "send_lag_s" in m else ())
-        ok = m["ttft_s"].summary.n if "ttft_s" in m and m["ttft_s"].summary else 0
-        valid = "yes" if "valid" in case.notes else "[red]no[/]"
-        table.add_row(case.name, f"{ok}/{sent}", _num(m.get("requests_per_s")), _num(m.get("output_tokens_per_s")),
-                      _ms(m.get("ttft_s"), "p50"), _ms(m.get("ttft_s"), "p95"), _ms(m.get("tpot_s"), "p50"),
-                      _ms(m.get("tpot_s"), "p95"), _ms(m.get("e2e_s"), "p95"),
-                      _ms(m.get("ttft_from_intended_s"), "p95"), _ms(m.get("send_lag_s"), "p95"),
-                      f"{m['error_rate'].value:.1%}", valid)
-    parts: list[RenderableType] = [table, Text(FORMULAS, style="dim")]
+        table.add_row(*_row(case, latencies, factor, wide=wide))
+    parts: list[RenderableType] = [table, Text("\n".join(FORMULAS), style="dim")]
     for case in result.cases:
         for note in case.notes:
             if note != "valid":
@@ -78,21 +84,45 @@ def load_screen(result: BenchResult, *, output: Path | None, costs: Sequence[Loa
     return Group(*parts)
 
 
+def _latency_values(result: BenchResult, latencies: Sequence[tuple[str, str, str]]) -> list[float]:
+    """Every latency the table shows, so one unit suits them all."""
+    values = []
+    for case in result.cases:
+        m = {x.name: x for x in case.metrics}
+        values += [getattr(m[name].summary, field) for name, field, _ in latencies
+                   if name in m and m[name].summary is not None]
+    return values
+
+
+def _row(case: Case, latencies: Sequence[tuple[str, str, str]], factor: float, *, wide: bool) -> list[str | Text]:
+    m = {x.name: x for x in case.metrics}
+    sent = int(case.params.get("requests") or 0) or len(m["send_lag_s"].samples if "send_lag_s" in m else ())
+    ok = m["ttft_s"].summary.n if "ttft_s" in m and m["ttft_s"].summary else 0
+    valid = Text("yes") if "valid" in case.notes else Text("no", style="red")
+    cells: list[str | Text] = [case.name, f"{ok}/{sent}", _value(m.get("requests_per_s")),
+                               _value(m.get("output_tokens_per_s"))]
+    cells += [_latency(m.get(name), field, factor) for name, field, _ in latencies]
+    if wide:
+        cells.append(percent(m["error_rate"].value, 1) if "error_rate" in m else "—")
+    return [*cells, valid]
+
+
 def _cost_table(result: BenchResult, costs: Sequence[LoadCost]) -> Table:
     table = Table(title=f"Cost at {money(costs[0].usd_per_hour)}/h ({costs[0].price_source})")
-    for col in ("case", "$ / 1M output tokens", "$ / request", "$ / 1M goodput tokens"):
-        table.add_column(col, justify="left" if col == "case" else "right")
+    prose_column(table, "case")
+    for col in ("$ / 1M output\ntokens", "$ / request", "$ / 1M goodput\ntokens"):
+        number_column(table, col)
     for case, c in zip(result.cases, costs, strict=True):
         values = (c.usd_per_1m_output_tokens, c.usd_per_request, c.usd_per_1m_goodput_tokens)
         table.add_row(case.name, *(money(v) if v is not None else "—" for v in values))
     return table
 
 
-def _num(metric: Metric | None) -> str:
-    return "—" if metric is None else f"{metric.value:.3g}"
+def _value(metric: Metric | None) -> str:
+    return "—" if metric is None else sig(metric.value)
 
 
-def _ms(metric: Metric | None, field: str) -> str:
+def _latency(metric: Metric | None, field: str, factor: float) -> str:
     if metric is None or metric.summary is None:
         return "—"
-    return f"{getattr(metric.summary, field) * 1e3:.1f} ms"
+    return in_unit(getattr(metric.summary, field), factor)

@@ -7,7 +7,9 @@ from collections.abc import Mapping, Sequence
 from rich.console import Group, RenderableType
 from rich.table import Table
 
-from gpuscout.report.numbers import gib
+from gpuscout.report.footnotes import Footnotes
+from gpuscout.report.layout import label_column, number_column, prose_column
+from gpuscout.report.numbers import exact, gib, size
 from gpuscout.workload.image import ImageModelShape
 from gpuscout.workload.presets import LlmPreset
 from gpuscout.workload.shape import ModelShape
@@ -25,9 +27,9 @@ def model_table(shape: ModelShape) -> Table:
         ("heads / KV heads / head_dim", f"{shape.num_attention_heads} / {shape.num_kv_heads} / {shape.head_dim}"),
         ("FFN width", f"{shape.intermediate_size}{expert_width}"),
         ("experts", experts),
-        ("vocab / tied embeddings", f"{shape.vocab_size:,} / {shape.tie_word_embeddings}"),
-        ("max context", f"{shape.max_position_embeddings:,}"),
-        ("params total / active", f"{shape.params_total:,} / {shape.params_active:,}"),
+        ("vocab / tied embeddings", f"{exact(shape.vocab_size)} / {shape.tie_word_embeddings}"),
+        ("max context", exact(shape.max_position_embeddings)),
+        ("params total / active", f"{exact(shape.params_total)} / {exact(shape.params_active)}"),
         ("attention layers", ", ".join(f"{a.count}× {a.kind}" + (f" (window {a.window})" if a.window else "")
                                        for a in shape.attention)),
     ]
@@ -43,30 +45,34 @@ def weights_table(weight_bytes: Mapping[str, int], kv_per_token: Mapping[str, in
     table.add_column("KV cache per token", justify="right")
     for fmt, nbytes in weight_bytes.items():
         kv = kv_per_token.get(fmt)
-        table.add_row(fmt, gib(nbytes), f"{kv:,} B" if kv is not None else "-")
+        table.add_row(fmt, gib(nbytes), size(kv) if kv is not None else "-")
     return table
 
 
 def image_model_table(model: ImageModelShape) -> Table:
     table = Table(title=f"{model.name} ({model.family}, {model.denoiser_kind})")
-    for col in ("component", "class", "params", "default dtype"):
-        table.add_column(col)
+    for col in ("component", "class"):
+        label_column(table, col)
+    number_column(table, "params")
+    label_column(table, "default dtype")
     for c in model.components:
-        table.add_row(c.name, c.class_name, f"{c.params:,}", c.default_dtype)
-    table.add_row("total", "", f"{model.params_total:,}", "")
+        table.add_row(c.name, c.class_name, exact(c.params), c.default_dtype)
+    table.add_row("total", "", exact(model.params_total), "")
     return table
 
 
-def preset_table(presets: Sequence[LlmPreset], image_ids: Sequence[str]) -> Table:
-    """The built-in model presets: language models with their source, then image models."""
+def preset_table(presets: Sequence[LlmPreset], image_ids: Sequence[str]) -> RenderableType:
+    """The built-in model presets: language models (each source a footnote), then image models."""
+    notes = Footnotes()
     table = Table(title="Built-in model presets")
-    for col in ("id", "name", "source"):
-        table.add_column(col, overflow="fold")
+    label_column(table, "id")
+    prose_column(table, "name")
+    label_column(table, "source")
     for p in presets:
-        table.add_row(p.id, p.name, p.source)
+        table.add_row(p.id, p.name, notes.ref(p.source))
     for image_id in image_ids:
         table.add_row(image_id, "(image model)", "")
-    return table
+    return Group(table, notes.flush())
 
 
 def model_screen(shape: ModelShape | ImageModelShape, weights: Mapping[str, int],

@@ -10,6 +10,7 @@ never an exponent or a raw float.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
 _IEC = (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB))
@@ -30,6 +31,11 @@ def sig(value: float, digits: int = 3) -> str:
     size_ = abs(rounded)
     decimals = digits - 1 - math.floor(math.log10(size_))
     return f"{rounded:,.{decimals}f}"
+
+
+def exact(n: int) -> str:
+    """A count that must keep every digit (parameters, tokens, a largest batch): 8,030,261,248."""
+    return f"{n:,}"
 
 
 def gib(nbytes: float, decimals: int = 1) -> str:
@@ -100,6 +106,14 @@ def duration(value: float) -> str:
     return f"{value / 86400:,.1f} d"
 
 
+def duration_band(low: float, high: float) -> str:
+    """A range of durations with the unit once when both ends share it: '3.3–7.0 h', '82 min–2.9 h'."""
+    a, b = duration(low), duration(high)
+    if " " in a and " " in b and a.split(" ")[-1] == b.split(" ")[-1]:
+        return f"{a.rsplit(' ', 1)[0]}–{b}"
+    return f"{a}–{b}"
+
+
 def money(amount: float | None, currency: str = "USD") -> str:
     """'$1,234.56'; below a cent two significant digits, so it never reads '$0.00': '$0.0036'."""
     if amount is None:
@@ -125,6 +139,11 @@ def ratio(value: float) -> str:
     return f"{value:.2f}×" if math.isfinite(value) else "n/a"
 
 
+def ratio_band(low: float, high: float) -> str:
+    """A confidence interval of a ratio: '1.99–2.01×'."""
+    return f"{low:.2f}–{high:.2f}×" if math.isfinite(low) and math.isfinite(high) else "n/a"
+
+
 def value_in(value: float, unit: str) -> str:
     """A measured value in the unit its metric records (bytes, bytes/s, s, FLOP/s, or a plain unit)."""
     match unit:
@@ -139,3 +158,42 @@ def value_in(value: float, unit: str) -> str:
         case "":
             return sig(value)
     return f"{sig(value)} {unit}"
+
+
+def quantity(name: str, value: float) -> str:
+    """A value whose name carries its unit (docs/design.md §4.2): step_s → '39.0 s', mfu → '34.1%'."""
+    suffixes = (("_bytes_per_s", rate), ("_flops_per_s", flops), ("_per_s", lambda v: f"{sig(v)}/s"),
+                ("_bytes", size), ("_s", seconds), ("_tflops", lambda v: f"{sig(v)} TFLOP/s"),
+                ("_fraction", lambda v: percent(v, 1)))
+    if name == "mfu":
+        return percent(value, 1)
+    if name.startswith("s_per_"):  # seconds per unit of work: s_per_image
+        return seconds(value)
+    for suffix, show in suffixes:
+        if name.endswith(suffix):
+            return show(value)
+    return sig(value)
+
+
+def common_unit(values: Sequence[float], unit: str) -> tuple[str, float]:
+    """One display unit for a column of values recorded in `unit`, and the factor to divide by.
+
+    A column reads best in one unit that suits its largest value: latencies of 0.0235 and 0.0567 s
+    both in ms, sizes in GiB. Units the module does not scale are kept as they are.
+    """
+    top = max((abs(v) for v in values if math.isfinite(v)), default=0.0)
+    match unit:
+        case "s":
+            return ("µs", 1e-6) if top < 1e-3 else ("ms", 1e-3) if top < 1 else ("s", 1.0)
+        case "bytes" | "B":
+            return next(((u, float(s)) for u, s in _IEC if top >= s), ("B", 1.0))
+        case "bytes/s" | "B/s":
+            return next(((u, s) for u, s in _SI_RATE if top >= s), ("B/s", 1.0))
+        case "fraction":
+            return "%", 0.01
+    return unit, 1.0
+
+
+def in_unit(value: float | None, factor: float) -> str:
+    """A bare figure in the unit `common_unit` chose (the header names the unit); '—' when missing."""
+    return "—" if value is None else sig(value / factor)

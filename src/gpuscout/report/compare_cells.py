@@ -1,0 +1,162 @@
+"""The words and figures of `compare`, shared by its Markdown report and its rich tables.
+
+Markdown carries every detail in one line per cell; the rich tables take the short forms
+(`value`, `ratio_lines`) and put the long ones in `--wide` or in footnotes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpuscout.cost.measured import MeasuredCost
+from gpuscout.report.numbers import duration, duration_band, gib, money, ratio, ratio_band, seconds, value_in
+from gpuscout.report.pick import unit_costs
+from gpuscout.results.compare import CaseRow, Comparison, Difference, Machine, MemoryCell, MetricRow, Ratio, Stat
+
+RATIO_NOTE = ("Ratios: how many times better than A (above 1 = better; for times and latencies A's value / this "
+              "value), with a 95% CI from a seeded bootstrap of the raw samples. A CI that includes 1.0 means "
+              "no measurable difference.")
+Rows = list[list[str]]
+COST_HEADER = ["", "offer", "work time (95% CI)", "billed", "total USD (range)", "P95", "per unit", "price date",
+               "basis"]
+
+
+def value(v: float | None, unit: str = "") -> str:
+    """A measured value in its metric's unit, through the one number formatter; '-' when missing."""
+    return "-" if v is None else value_in(v, unit)
+
+
+def percentiles(s: Stat, unit: str) -> str:
+    """'P50 512 ms, P95 517 ms, n=8' ('' for a single reading)."""
+    if s.p50 is None or s.p95 is None:
+        return ""
+    return f"P50 {value(s.p50, unit)}, P95 {value(s.p95, unit)}, n={s.n}"
+
+
+def stat_cell(s: Stat, unit: str) -> str:
+    more = percentiles(s, unit)
+    return f"{value(s.mean, unit)} ({more})" if more else value(s.mean, unit)
+
+
+def ratio_word(r: Ratio) -> str:
+    return {"better": "better", "worse": "worse"}.get(r.finding, "no measurable difference")
+
+
+def ratio_cell(r: Ratio) -> str:
+    if r.finding == "baseline":
+        return "baseline"
+    if r.ci95_low is None or r.ci95_high is None:
+        return f"{ratio(r.advantage)} (single reading, no CI)"
+    return f"{ratio(r.advantage)} {ratio_word(r)} (95% CI {ratio_band(r.ci95_low, r.ci95_high)})"
+
+
+def ratio_lines(r: Ratio) -> str:
+    """The ratio over its CI, for a narrow column: "2.00× better" over "CI 1.99–2.01×"."""
+    if r.finding == "baseline":
+        return "baseline"
+    if r.ci95_low is None or r.ci95_high is None:
+        return f"{ratio(r.advantage)}\nsingle reading"
+    word = ratio_word(r) if r.finding in ("better", "worse") else "same"
+    return f"{ratio(r.advantage)} {word}\nCI {ratio_band(r.ci95_low, r.ci95_high)}"
+
+
+def memory_text(m: MemoryCell) -> str:
+    if m.peak_bytes is None:
+        return "-"
+    text = f"{gib(m.peak_bytes)} ({m.peak_source})"
+    if m.headroom_bytes is not None and m.device_total_bytes is not None:
+        text += f", headroom {gib(m.headroom_bytes)} of {gib(m.device_total_bytes)}"
+    if m.peak.extrapolated_allocated_bytes is not None:
+        text += f"; full depth (extrapolated) {gib(m.peak.extrapolated_allocated_bytes)}"
+        if m.extrapolated_headroom_bytes is not None:
+            text += f", headroom {gib(m.extrapolated_headroom_bytes)}"
+    return text
+
+
+def metric_name(row: MetricRow) -> str:
+    return f"{row.name}{' (extrapolated)' if row.extrapolated else ''}"
+
+
+def direction(row: MetricRow) -> str:
+    return f"{'higher' if row.higher_is_better else 'lower'} is better"
+
+
+def params_text(case: CaseRow) -> str:
+    return ", ".join(f"{k}={v}" for k, v in case.params.items())
+
+
+def machine_name(m: Machine) -> str:
+    return f"{m.label}{' (baseline)' if m.label == 'A' else ''}"
+
+
+def difference_rows(diffs: Sequence[Difference]) -> Rows:
+    return [[d.field, *d.values] for d in diffs]
+
+
+def metric_rows(case: CaseRow) -> Rows:
+    """Markdown rows: every statistic and every ratio with its CI, one line per cell."""
+    rows = []
+    for row in case.metrics:
+        cells = [stat_cell(s, row.unit) for s in row.stats]
+        ratios = [ratio_cell(r) for r in row.ratios[1:]]
+        rows.append([f"{metric_name(row)} [{row.unit}, {direction(row)}]", *cells, *ratios])
+    return rows
+
+
+def failure_rows(case: CaseRow, labels: Sequence[str]) -> list[str]:
+    out = []
+    for label, f in zip(labels, case.failures, strict=True):
+        if f is not None:
+            size = ", ".join(f"{k}={v}" for k, v in f.size.items()) or "no size recorded"
+            out.append(f"{label}: {f.kind} at {size}: {f.message.splitlines()[0] if f.message else ''}")
+    return out
+
+
+def startup_rows(case: CaseRow) -> Rows:
+    phases = list(dict.fromkeys(p for s in case.startup for p in s))
+    return [[p, *(seconds(s[p]) if p in s else "-" for s in case.startup)] for p in phases]
+
+
+def work_band(c: MeasuredCost) -> str:
+    w = c.work
+    return duration_band(w.work_low_s, w.work_high_s) if w.work_low_s and w.work_high_s else ""
+
+
+def total_band(c: MeasuredCost) -> str:
+    return f"{money(c.low_usd)}–{money(c.high_usd)}" if c.low_usd is not None else ""
+
+
+def observed(c: MeasuredCost) -> str:
+    return f"{c.observed_at}{' (stale)' if c.stale else ''}{' EXAMPLE' if c.example else ''}"
+
+
+def offer_text(c: MeasuredCost) -> str:
+    return f"{c.offer_id} ({c.provider}, {c.tier}, {c.gpu_count}× {c.gpu_sku})"
+
+
+def cost_rows(costs: Sequence[MeasuredCost], labels: Sequence[str]) -> Rows:
+    """Markdown rows of the cost table, every detail in its cell."""
+    rows = []
+    for label, c in zip(labels, costs, strict=True):
+        band, total = work_band(c), total_band(c)
+        rows.append([label, offer_text(c), duration(c.work.work_s) + (f" ({band})" if band else ""),
+                     duration(c.cost.billed_s), money(c.total_usd) + (f" ({total})" if total else ""),
+                     money(c.total_p95_usd), unit_costs(c.unit_costs_usd), observed(c), c.work.formula])
+    return rows
+
+
+def fairness_headline(c: Comparison) -> str:
+    f = c.fairness
+    if f.fair:
+        return (f"All {f.checked} fixed variables match (model config, data, seed, precision, device, warm-up, "
+                "repeats, settings, the job as run, library versions).")
+    return (f"NOT A FAIR COMPARISON: {len(f.differences)} fixed variable(s) differ; compared anyway because of "
+            "--allow-diff. Treat every ratio below with suspicion.")
+
+
+def md_table(header: Sequence[str], rows: Rows) -> str:
+    def esc(cell: str) -> str:
+        return cell.replace("|", "\\|").replace("\n", " ")
+    lines = ["| " + " | ".join(esc(h) for h in header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,106 @@
+"""One GPU in detail (`gpuscout estimate --gpu X`): the memory breakdown, what to change, the speed.
+
+Every formula and source is a numbered footnote under its table, so the tables hold names and
+figures only and stay legible at 80 columns; `--wide` adds the per-phase compute, memory and
+communication times to the speed table.
+"""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from gpuscout.estimator.breakdown import MemoryBreakdown
+from gpuscout.estimator.efficiency import Efficiency
+from gpuscout.estimator.screen import GpuVerdict
+from gpuscout.estimator.speed import SpeedEstimate
+from gpuscout.report.footnotes import Footnotes
+from gpuscout.report.layout import label_column, number_column, prose_column
+from gpuscout.report.numbers import (
+    duration,
+    duration_band,
+    exact,
+    gib,
+    gib_number,
+    percent,
+    quantity,
+    ratio,
+    seconds,
+    sig,
+)
+
+
+def verdict_detail(v: GpuVerdict, notes: Footnotes, *, wide: bool = False) -> RenderableType:
+    """Breakdown, per-GPU peak by GPU count, what to change, largest sizes that fit, and the speed."""
+    parts: list[RenderableType] = [breakdown_table(v.breakdown, f"{v.gpu_name}: memory breakdown per GPU", notes),
+                                   notes.flush()]
+    if v.peak_by_gpu_count:
+        parts.append(Text("Per-GPU peak by GPU count: " + ", ".join(
+            f"{n} GPU{'s' if n > 1 else ''}: {gib(p)}" + (" ✓" if p <= v.breakdown.usable_bytes else " ✗")
+            for n, p in v.peak_by_gpu_count.items())))
+    if v.suggestions:
+        parts.append(suggestion_table(v))
+    if v.limits.values:
+        limits = ", ".join(f"{k} = {exact(val)}" for k, val in v.limits.values.items())
+        parts.append(Text(f"Largest that fits: {limits}"))
+    if v.speed is not None:
+        parts.append(speed_table(v.speed, notes, wide=wide))
+    return Group(*parts)
+
+
+def breakdown_table(b: MemoryBreakdown, title: str, notes: Footnotes) -> Table:
+    """Term, category and GiB per line; each term's formula and source is a footnote."""
+    table = Table(title=title)
+    prose_column(table, "term")
+    label_column(table, "category")
+    number_column(table, "GiB")
+    label_column(table, "")
+    for t in b.terms:
+        table.add_row(t.name, t.category, gib_number(t.bytes, 2), notes.ref(f"{t.name}: {t.formula}"))
+    table.add_row(Text("peak", style="bold"), "", Text(gib_number(b.peak_bytes, 2), style="bold"),
+                  notes.ref("; ".join(b.notes)) if b.notes else "")
+    table.add_row("usable on this GPU", Text("fits" if b.fits else "does NOT fit", style="green" if b.fits else "red"),
+                  gib_number(b.usable_bytes, 2), "")
+    return table
+
+
+def suggestion_table(v: GpuVerdict) -> Table:
+    table = Table(title="What to change (cheapest in speed first; each alone)")
+    prose_column(table, "change")
+    for header in ("saves\nGiB", "peak\nafter"):
+        number_column(table, header)
+    label_column(table, "fits\nalone")
+    prose_column(table, "cost in speed")
+    for s in v.suggestions:
+        table.add_row(s.change, gib_number(s.saves_bytes), gib_number(s.peak_bytes), "yes" if s.fits else "no",
+                      s.speed_cost)
+    if v.plan:
+        table.caption = "Combined plan that fits: " + " → ".join(s.change for s in v.plan)
+    return table
+
+
+def speed_table(s: SpeedEstimate, notes: Footnotes, *, wide: bool = False) -> RenderableType:
+    """Each phase's roofline time and bound (formulas as footnotes); `wide` adds the three times it is the max of."""
+    head = Text(f"Speed on {s.gpus} × {s.gpu_sku}: job {duration(s.job_s)} "
+                f"(band {duration_band(s.job_low_s, s.job_high_s)}), {s.bound}-bound", style="bold")
+    table = Table()
+    prose_column(table, "phase")
+    number_column(table, "time")
+    label_column(table, "bound")
+    for header in ("TFLOP", "GB\nmoved", *(("compute", "memory", "comm") if wide else ())):
+        number_column(table, header)
+    label_column(table, "")
+    for p in s.phases:
+        times = (seconds(p.compute_s), seconds(p.memory_s), seconds(p.comm_s)) if wide else ()
+        table.add_row(p.name, seconds(p.seconds), p.bound, sig(p.flops / 1e12), sig(p.bytes / 1e9), *times,
+                      notes.ref(f"{p.name}: {p.formula}"))
+    metrics = ", ".join(f"{k} = {quantity(k, v)}" for k, v in s.metrics.items())
+    efficiency = efficiency_text(s.efficiency, notes.ref(s.efficiency.source))
+    return Group(head, table, Text(f"{metrics}\n{efficiency}", style="dim"), notes.flush())
+
+
+def efficiency_text(eff: Efficiency, ref: str) -> str:
+    """The efficiency factors as fractions of the peaks, and the job-time band they imply."""
+    return (f"efficiency {ref}: compute {percent(eff.compute)}, bandwidth {percent(eff.bandwidth)}, link "
+            f"{percent(eff.link)}, overlap {percent(eff.overlap)}, band {ratio(eff.band_low)}–{ratio(eff.band_high)}")

@@ -1,0 +1,49 @@
+"""Rendering a screen to plain text as a user's terminal shows it, and reading its tables back.
+
+The table reader lets tests assert what a cell says (the peak is above the usable memory, the
+star marks the Pareto offers) in a way that survives a refresh of the golden files.
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich.console import Console, RenderableType
+
+HEAD, BODY = "┃", "│"
+
+
+def render(renderable: RenderableType, width: int) -> str:
+    """The screen as plain text at `width` columns: no colour, no terminal, nothing read from the environment."""
+    console = Console(width=width, record=True, color_system=None, force_terminal=False, file=io.StringIO())
+    console.print(renderable)
+    return console.export_text()
+
+
+def tables(text: str) -> list[tuple[list[str], list[list[str]]]]:
+    """Every boxed table in `text`: its header names (a header's lines joined by spaces) and its body lines' cells."""
+    found: list[tuple[list[str], list[list[str]]]] = []
+    header: list[list[str]] = []
+    rows: list[list[str]] = []
+    for line in text.splitlines():
+        if line.startswith(HEAD):
+            header.append(_cells(line, HEAD))
+        elif line.startswith(BODY):
+            rows.append(_cells(line, BODY))
+        elif line.startswith("└"):
+            names = [" ".join(part for part in parts if part) for parts in zip(*header, strict=True)]
+            found.append((names, rows))
+            header, rows = [], []
+    return found
+
+
+def _cells(line: str, bar: str) -> list[str]:
+    return [cell.strip() for cell in line.strip()[1:-1].split(bar)]
+
+
+def rows_by_header(text: str, first_header: str) -> list[dict[str, str]]:
+    """The body lines of the first table whose first column is `first_header`, as {header: cell}."""
+    for names, rows in tables(text):
+        if names and names[0] == first_header:
+            return [dict(zip(names, row, strict=True)) for row in rows]
+    raise AssertionError(f"no table starting with a {first_header!r} column in:\n{text}")

@@ -1,0 +1,110 @@
+"""Golden screens: every main view rendered at 80 and 120 columns and compared with tests/report/golden/.
+
+A change to a screen that is meant shows up here as a unified diff; refresh the expected files
+with `make golden` (GPUSCOUT_UPDATE_GOLDEN=1), read the diff in git, and commit it with the
+change. The semantic checks in test_screens.py survive such a refresh.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from rich.console import RenderableType
+
+from gpuscout.report.bench import bench_screen
+from gpuscout.report.compare import render_table
+from gpuscout.report.estimate import estimate_screen
+from gpuscout.report.load import load_screen
+from gpuscout.report.pick import calculator_table, pick_screen
+
+from . import samples
+from .screens import render
+
+GOLDEN = Path(__file__).parent / "golden"
+WIDTHS = (80, 120)
+UPDATE = os.environ.get("GPUSCOUT_UPDATE_GOLDEN") == "1"
+
+
+def _estimate(report: Callable[[], samples.api.EstimateReport], *, wide: bool = False) -> Callable[[], RenderableType]:
+    def screen() -> RenderableType:
+        r = report()
+        return estimate_screen(r.screening, detailed=r.detailed, wide=wide)
+    return screen
+
+
+def _pick(wide: bool = False) -> RenderableType:
+    r = samples.pick_default()
+    return pick_screen(r.pick, r.offers_notes, wide=wide)
+
+
+def _compare() -> RenderableType:
+    r = samples.compare_two()
+    return render_table(r.comparison, r.verdict, r.costs, notes=r.warnings, rates=r.rates)
+
+
+def _load() -> RenderableType:
+    result, costs, search = samples.load_demo()
+    return load_screen(result, output=Path("results/load-demo.json"), costs=costs, search=search)
+
+
+def _cost() -> RenderableType:
+    r = samples.cost_calculator()
+    assert r.plain is not None
+    return calculator_table(r.plain, r.billed)
+
+
+SCREENS: dict[str, Callable[[], RenderableType]] = {
+    "estimate": _estimate(samples.estimate_default),
+    "estimate-rtx-4090": _estimate(samples.estimate_rtx4090),
+    "estimate-serving-h100": _estimate(samples.estimate_serving),
+    "pick": _pick,
+    "compare": _compare,
+    "bench": lambda: bench_screen(samples.bench_demo(), None, Path("results/demo-h100.json")),
+    "load": _load,
+    "cost": _cost,
+}
+# `--wide` is for wide terminals: its extra columns are checked at 160 columns only.
+WIDE_SCREENS: dict[str, Callable[[], RenderableType]] = {
+    "estimate-wide": _estimate(samples.estimate_default, wide=True),
+    "pick-wide": lambda: _pick(wide=True),
+}
+
+
+def check_golden(name: str, text: str) -> None:
+    """Compare with golden/NAME.txt exactly; with GPUSCOUT_UPDATE_GOLDEN=1 write it instead."""
+    path = GOLDEN / f"{name}.txt"
+    if UPDATE:
+        path.write_text(text, encoding="utf-8")
+        return
+    if not path.is_file():
+        pytest.fail(f"No expected screen at {path}: run `make golden` and review the new file.")
+    expected = path.read_text(encoding="utf-8")
+    if text != expected:
+        diff = difflib.unified_diff(expected.splitlines(keepends=True), text.splitlines(keepends=True),
+                                    fromfile=f"{path.name} (expected)", tofile=f"{name} (rendered now)")
+        pytest.fail("The screen changed; if that is intended, run `make golden`.\n" + "".join(diff), pytrace=False)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("name", SCREENS)
+def test_screen_matches_its_golden_file(name: str, width: int) -> None:
+    check_golden(f"{name}-{width}", render(SCREENS[name](), width))
+
+
+@pytest.mark.parametrize("name", WIDE_SCREENS)
+def test_wide_screen_matches_its_golden_file(name: str) -> None:
+    check_golden(f"{name}-160", render(WIDE_SCREENS[name](), 160))
+
+
+@pytest.mark.parametrize("name", SCREENS)
+def test_80_column_goldens_fit_in_80_columns(name: str) -> None:
+    path = GOLDEN / f"{name}-80.txt"
+    if UPDATE and not path.is_file():
+        pytest.skip("written in this refresh")
+    too_wide = [(n, len(line)) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                if len(line) > 80]
+    assert too_wide == [], f"{path.name}: lines wider than 80 characters (line, width): {too_wide}"

@@ -1,0 +1,96 @@
+"""What the 80-column screens say, checked against the data they render: these hold across golden refreshes.
+
+Each test reads a table back from the rendered text (tests/report/screens.py) and compares its
+cells with the report it came from, so a view that swaps columns, inverts a mark or drops one
+fails here even after `make golden` has accepted the new text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpuscout.report.estimate import estimate_screen
+from gpuscout.report.load import load_screen
+from gpuscout.report.numbers import GIB
+from gpuscout.report.pick import pick_screen
+
+from . import samples
+from .screens import render, rows_by_header
+
+WIDTH = 80
+
+
+def figure(cell: str) -> float:
+    """A rendered figure back as a number: '1,234.5' → 1234.5, '$3.13' → 3.13."""
+    return float(cell.replace(",", "").replace("$", ""))
+
+
+@pytest.fixture(scope="module")
+def estimate() -> tuple[samples.api.EstimateReport, str]:
+    report = samples.estimate_default()
+    return report, render(estimate_screen(report.screening, detailed=False), WIDTH)
+
+
+def test_screening_is_one_line_per_gpu(estimate: tuple[samples.api.EstimateReport, str]) -> None:
+    report, text = estimate
+    rows = rows_by_header(text, "GPU")
+    assert [r["GPU"] for r in rows] == [v.gpu_sku for v in report.screening.verdicts]
+
+
+def test_screening_cells_match_the_estimate(estimate: tuple[samples.api.EstimateReport, str]) -> None:
+    report, text = estimate
+    rows = {r["GPU"]: r for r in rows_by_header(text, "GPU")}
+    for v in report.screening.verdicts:
+        row = rows[v.gpu_sku]
+        assert figure(row["usable GiB"]) == pytest.approx(v.breakdown.usable_bytes / GIB, abs=0.05), v.gpu_sku
+        assert figure(row["peak GiB"]) == pytest.approx(v.breakdown.peak_bytes / GIB, abs=0.05), v.gpu_sku
+        assert row["fits"] == ("yes" if v.fits else "no"), v.gpu_sku
+
+
+def test_a_gpu_that_does_not_fit_shows_peak_above_usable_and_no(
+        estimate: tuple[samples.api.EstimateReport, str]) -> None:
+    _, text = estimate
+    rows = rows_by_header(text, "GPU")
+    short = [r for r in rows if figure(r["headroom GiB"]) < 0]
+    assert short, "the default job is meant to overflow some GPUs"
+    for row in short:
+        assert figure(row["peak GiB"]) > figure(row["usable GiB"]) and row["fits"] == "no", row
+        assert row["cheapest fix"].startswith("["), row  # the fix, with its footnote
+    for row in rows:
+        if figure(row["headroom GiB"]) >= 0:
+            assert figure(row["peak GiB"]) <= figure(row["usable GiB"]) and row["fits"] == "yes", row
+
+
+def test_pick_stars_exactly_the_pareto_offers() -> None:
+    report = samples.pick_default()
+    text = render(pick_screen(report.pick, report.offers_notes), WIDTH)
+    offer_lines = [r["offer"] for r in rows_by_header(text, "offer")]
+    starred = {line.removeprefix("★ ") for line in offer_lines if line.startswith("★")}
+    expected = {r.offer_id for r in report.pick.rows if r.pareto}
+    assert expected and starred == expected
+    ranked = [r.offer_id for r in report.pick.rows if r.excluded is None]
+    assert [line.removeprefix("★ ") for line in offer_lines[::2]] == ranked  # ids whole, in rank order
+
+
+def test_pick_totals_rise_down_the_table() -> None:
+    report = samples.pick_default()
+    rows = rows_by_header(render(pick_screen(report.pick), WIDTH), "offer")
+    totals = [figure(r["total"]) for r in rows if r["total"]]
+    assert totals == sorted(totals) and all(figure(r["P95"]) >= figure(r["total"]) for r in rows if r["total"])
+
+
+def test_load_rows_show_p50_at_most_p95_as_measured() -> None:
+    result, costs, search = samples.load_demo()
+    text = render(load_screen(result, output=Path("load.json"), costs=costs, search=search), WIDTH)
+    rows = {r["case"]: r for r in rows_by_header(text, "case")}
+    assert "latencies in ms" in text
+    for case in result.cases:
+        row = rows[case.name]
+        summaries = {m.name: m.summary for m in case.metrics if m.summary is not None}
+        for label, name in (("TTFT", "ttft_s"), ("TPOT", "tpot_s")):
+            p50, p95 = figure(row[f"{label} P50"]), figure(row[f"{label} P95"])
+            assert p50 <= p95, row
+            assert p50 == pytest.approx(summaries[name].p50 * 1e3, rel=0.01), row
+            assert p95 == pytest.approx(summaries[name].p95 * 1e3, rel=0.01), row
