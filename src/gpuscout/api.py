@@ -10,6 +10,7 @@ inside the functions, so `import gpuscout` stays cheap. docs/api.md has a runnab
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date
@@ -252,33 +253,43 @@ class BenchReport:
     result: BenchResult
     estimate: EstimateBeside | None = None  # gpuscout's estimate for this GPU beside the measurement
     output: Path | None = None
+    stopped_by: int | None = None  # the signal that stopped the run early (SIGINT for Ctrl-C), if any
 
     @property
     def interrupted(self) -> bool:
-        return any(c.failure is not None and c.failure.kind == "interrupted" for c in self.result.cases)
+        return self.stopped_by is not None
 
 
 def bench(job: JobRef, *, settings: BenchSettings | None = None, probe: bool = False,
           output: str | Path | None = None, progress: bool = False) -> BenchReport:
     """Measure the job's real task (and/or the machine probes) on this machine, each case in its own process.
 
-    With `output` the result is written atomically, also when the run was interrupted (what
-    finished is kept, `complete` is false).
+    With `output` the result is written atomically after every case and at the end, so Ctrl-C,
+    SIGTERM or SIGHUP keep what finished (`complete` is false) and even SIGKILL loses at most the
+    case in flight.
     """
+    from gpuscout.interrupts import stop_on_signals
     from gpuscout.measure.bench import run_bench
     from gpuscout.measure.harness import BenchSettings
     from gpuscout.results.beside import estimate_beside
+    from gpuscout.results.store import save_result
 
     the_job = model = base_dir = None
     if job is not None or not probe:
         the_job, model, base_dir = _job_and_model(job)
-    result = run_bench(the_job, base_dir=base_dir, settings=settings or BenchSettings(), probe=probe, progress=progress)
     path = Path(output) if output is not None else None
-    if path is not None:
-        from gpuscout.results.store import save_result
 
-        save_result(result, path)
-    return BenchReport(result=result, estimate=estimate_beside(result, the_job, model), output=path)
+    def keep(partial: BenchResult) -> None:
+        if path is not None:
+            save_result(partial, path)
+
+    with stop_on_signals() as stops:
+        result = run_bench(the_job, base_dir=base_dir, settings=settings or BenchSettings(), probe=probe,
+                           progress=progress, checkpoint=keep)
+    keep(result)
+    interrupted = any(c.failure is not None and c.failure.kind == "interrupted" for c in result.cases)
+    return BenchReport(result=result, estimate=estimate_beside(result, the_job, model), output=path,
+                       stopped_by=(stops.signum or signal.SIGINT) if interrupted else None)
 
 
 @dataclass(frozen=True)

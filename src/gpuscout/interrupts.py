@@ -13,6 +13,7 @@ import signal
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from types import FrameType
 
 # SIGHUP does not exist on Windows; take what this platform has.
@@ -27,24 +28,32 @@ class TerminationRequest(KeyboardInterrupt):
         self.signum = signum
 
 
-def _raise(signum: int, frame: FrameType | None) -> None:
-    raise TerminationRequest(signum)
+@dataclass
+class Stops:
+    """What stopped the block, if anything: the termination signal received (None: none, or Ctrl-C)."""
+
+    signum: int | None = None
+
+    def exit_code(self) -> int:
+        """The shell's convention: 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM)."""
+        return 128 + (self.signum if self.signum is not None else signal.SIGINT)
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[None]:
+def stop_on_signals() -> Iterator[Stops]:
     """Turn SIGTERM and SIGHUP into `KeyboardInterrupt` while the block runs (main thread only)."""
+    stops = Stops()
     if threading.current_thread() is not threading.main_thread():
-        yield  # signal handlers can only be set from the main thread; Ctrl-C still works there
+        yield stops  # signal handlers can only be set from the main thread; Ctrl-C still works there
         return
-    previous = {sig: signal.signal(sig, _raise) for sig in TERMINATION_SIGNALS}
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        stops.signum = signum
+        raise TerminationRequest(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in TERMINATION_SIGNALS}
     try:
-        yield
+        yield stops
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def exit_code(exc: KeyboardInterrupt) -> int:
-    """The shell's convention: 128 + the signal number (130 for Ctrl-C, 143 for SIGTERM)."""
-    return 128 + (exc.signum if isinstance(exc, TerminationRequest) else signal.SIGINT)

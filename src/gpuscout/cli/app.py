@@ -7,8 +7,10 @@ so `gpuscout --help` stays fast. User errors print their three parts and exit 1,
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -173,6 +175,7 @@ def bench(
     dataset: Annotated[Path | None, typer.Option(help="Your data (JSONL/text) instead of synthetic tokens.")] = None,
     created_at: Annotated[str | None, typer.Option(help="When the machine was created (ISO time).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic data.")] = 0,
+    wide: WideFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Measure the job's real task on this machine: every case in its own process, fixed variables recorded.
@@ -198,10 +201,10 @@ def bench(
                               dataset=str(dataset.resolve()) if dataset else None,
                               created_at=parse_time_s(created_at, "--created-at") if created_at else None)
     report = api.bench(job, settings=settings, probe=probe, output=output, progress=True)
-    screen = bench_screen(report.result, report.estimate, report.output)
-    if report.interrupted:
+    screen = bench_screen(report.result, report.estimate, report.output, wide=wide)
+    if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
         Console(stderr=True).print(screen)
-        raise typer.Exit(130)
+        raise typer.Exit(128 + report.stopped_by)
     _emit(lambda: bench_payload(report.result, report.estimate), lambda: screen, as_json)
 
 
@@ -213,13 +216,15 @@ def compare(
     fmt: Annotated[str, typer.Option("--format", help="table | md | json.")] = "table",
     allow_diff: Annotated[bool, typer.Option("--allow-diff", help="Compare although fixed variables differ.")] = False,
     fx: Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit.")] = None,
+    wide: WideFlag = False,
 ) -> None:
     """Compare results side by side: fairness check, ratios with 95% CIs, cost per job, and a verdict."""
     from gpuscout import api
     from gpuscout.errors import SpecError
     from gpuscout.report.compare import render_json, render_markdown, render_table
 
-    renderers = {"table": render_table, "md": render_markdown, "json": render_json}
+    renderers: dict[str, Callable[..., Any]] = {"table": partial(render_table, wide=wide), "md": render_markdown,
+                                                "json": render_json}
     if fmt not in renderers:
         raise SpecError(f"Unknown format {fmt!r}.", "compare writes a rich table, Markdown or JSON.",
                         "Use --format table, md or json.")
@@ -328,9 +333,20 @@ def _print_json(payload: Any) -> None:
 
 
 def main() -> None:
-    """Entry point: user errors exit 1 with what / why / to fix; bugs keep their traceback."""
+    """Entry point: user errors exit 1 with what / why / to fix; bugs keep their traceback.
+
+    A reader that closes the pipe early (`gpuscout estimate | head`) and Ctrl-C end the command
+    quietly with the shell's codes (141 = 128 + SIGPIPE, 130 = 128 + SIGINT), not a traceback.
+    """
     try:
         app()
     except GpuscoutError as exc:
         sys.stderr.write(f"error: {exc.render()}\n")
         sys.exit(1)
+    except BrokenPipeError:
+        # Point stdout at /dev/null so the interpreter's final flush cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(128 + 13)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)

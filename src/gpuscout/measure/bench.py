@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gpuscout.errors import GpuscoutError
+from gpuscout.interrupts import TerminationRequest
 from gpuscout.measure.fingerprint import collect_fingerprint
 from gpuscout.measure.harness import BenchSettings, PlannedCase, failed_case, resolve_device, run_isolated
 from gpuscout.measure.image_bench import plan_image_cases
@@ -52,8 +53,12 @@ CONCURRENCY_NOTE = ("inference cases: the job's concurrency and 1 when it differ
 
 
 def run_bench(job: Job | None, *, base_dir: Path | None, settings: BenchSettings, probe: bool = False,
-              progress: bool = True) -> BenchResult:
-    """Measure `job` (and/or the machine probes) on this machine; never raises for a failed case."""
+              progress: bool = True, checkpoint: Callable[[BenchResult], None] | None = None) -> BenchResult:
+    """Measure `job` (and/or the machine probes) on this machine; never raises for a failed case.
+
+    `checkpoint` receives the result so far (complete=False) after every finished case, so a
+    caller can keep it on disk: a kill of this process then loses at most the case in flight.
+    """
     if job is None and not probe:
         raise GpuscoutError("Nothing to measure.", "bench needs a job spec, or --probe for the machine probes.",
                             "Pass a spec such as examples/tiny-finetune.toml, or add --probe.")
@@ -62,18 +67,19 @@ def run_bench(job: Job | None, *, base_dir: Path | None, settings: BenchSettings
     fingerprint = collect_fingerprint(device)
     model = _ModelRef.of(job, base_dir)
     plan = plan_cases(job, model, settings=settings, device=device, probe=probe, gpu_sku=fingerprint.gpu_sku)
-    cases, complete, run_notes = run_planned(plan, settings, progress=progress)
-    return BenchResult(
-        kind=_kind(job),
-        created_at=datetime.now(UTC),
-        name=job.name if job is not None else "machine probes",
-        job=job.model_dump(mode="json") if job is not None else {},
-        fixed=fixed_variables(job, model, settings, probe=probe),
-        fingerprint=fingerprint,
-        cases=tuple(cases),
-        complete=complete,
-        notes=(*_result_notes(job), *run_notes),
-    )
+    started = datetime.now(UTC)
+
+    def result(cases: list[Case], complete: bool, run_notes: list[str]) -> BenchResult:
+        return BenchResult(kind=_kind(job), created_at=started, name=job.name if job is not None else "machine probes",
+                           job=job.model_dump(mode="json") if job is not None else {},
+                           fixed=fixed_variables(job, model, settings, probe=probe), fingerprint=fingerprint,
+                           cases=tuple(cases), complete=complete, notes=(*_result_notes(job), *run_notes))
+
+    def keep(done: list[Case]) -> None:
+        if checkpoint is not None:
+            checkpoint(result(done, False, [f"partial: {len(done)} of {len(plan)} case(s) finished so far"]))
+
+    return result(*run_planned(plan, settings, progress=progress, on_case=keep))
 
 
 def plan_cases(job: Job | None, model: _ModelRef, *, settings: BenchSettings, device: str, probe: bool,
@@ -95,9 +101,13 @@ def plan_cases(job: Job | None, model: _ModelRef, *, settings: BenchSettings, de
     return plan
 
 
-def run_planned(plan: list[PlannedCase], settings: BenchSettings, *,
-                progress: bool = True) -> tuple[list[Case], bool, list[str]]:
-    """Run every planned case in its own process: (cases, complete, notes). Ctrl-C returns early."""
+def run_planned(plan: list[PlannedCase], settings: BenchSettings, *, progress: bool = True,
+                on_case: Callable[[list[Case]], None] | None = None) -> tuple[list[Case], bool, list[str]]:
+    """Run every planned case in its own process: (cases, complete, notes).
+
+    Ctrl-C, SIGTERM or SIGHUP (raised as KeyboardInterrupt, `interrupts.stop_on_signals`) kill the
+    case in flight and return early with what finished; `on_case` sees the cases after each one.
+    """
     cases: list[Case] = []
     with _progress_bar(len(plan), enabled=progress) as advance:
         for index, planned in enumerate(plan):
@@ -105,14 +115,21 @@ def run_planned(plan: list[PlannedCase], settings: BenchSettings, *,
                 advance(planned.name, False)
                 case = run_isolated(planned.fn, *planned.args, case=planned.name, size=planned.size,
                                     timeout_s=settings.timeout_s)
-            except KeyboardInterrupt:
+            except KeyboardInterrupt as stop:
+                how = _stopped_by(stop)
                 cases.append(failed_case(planned.name, planned.size, "interrupted",
-                                         "stopped by Ctrl-C while this case ran", 0.0))
+                                         f"stopped by {how} while this case ran", 0.0))
                 skipped = len(plan) - index - 1
-                return cases, False, [f"interrupted by Ctrl-C: {index} case(s) finished, {skipped} not run"]
+                return cases, False, [f"interrupted by {how}: {index} case(s) finished, {skipped} not run"]
             cases.append(case)
+            if on_case is not None:
+                on_case(cases)
             advance(planned.name, True)
     return cases, True, []
+
+
+def _stopped_by(stop: KeyboardInterrupt) -> str:
+    return str(stop) if isinstance(stop, TerminationRequest) else "Ctrl-C"
 
 
 @contextmanager

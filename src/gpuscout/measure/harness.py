@@ -11,7 +11,12 @@ torch is imported inside functions only.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -25,6 +30,7 @@ from gpuscout.results.schema import Case, Failure, FailureKind, Metric, Scalar
 from gpuscout.stats import summarize
 
 CaseFn = Callable[..., Case]
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class BenchSettings(BaseModel):
@@ -74,7 +80,7 @@ def run_isolated(fn: CaseFn, *args: Any, case: str, size: dict[str, Scalar], tim
     parent, child = ctx.Pipe(duplex=False)
     # Not a daemon: a case may start its own workers (DataLoader num_workers > 0), which daemonic
     # processes cannot. The `finally` below kills the child on every way out instead.
-    proc = ctx.Process(target=_child, args=(child, fn, args, case, size), daemon=False)
+    proc = ctx.Process(target=_child, args=(child, fn, args, case, size, os.getpid()), daemon=False)
     start = time.perf_counter()
     proc.start()
     child.close()
@@ -108,14 +114,43 @@ def _reap(proc: Any) -> None:
         proc.join(timeout=5)
 
 
-def _child(conn: Any, fn: CaseFn, args: tuple[Any, ...], case: str, size: dict[str, Scalar]) -> None:
+def _child(conn: Any, fn: CaseFn, args: tuple[Any, ...], case: str, size: dict[str, Scalar], parent: int) -> None:
+    die_with_parent(parent)
     start = time.perf_counter()
     try:
         result = fn(*args)
     except BaseException as exc:
         result = failed_case(case, size, classify_failure(exc), _message(exc), time.perf_counter() - start)
-    conn.send(result)
-    conn.close()
+    try:
+        conn.send(result)
+    except OSError:  # BrokenPipeError included: the parent is gone or stopped waiting; nobody to tell
+        pass
+    finally:
+        conn.close()
+
+
+def die_with_parent(parent: int) -> None:
+    """End this case process when the bench that started it dies, however it died (even SIGKILL).
+
+    On Linux the kernel delivers SIGKILL on the parent's death (prctl PR_SET_PDEATHSIG); elsewhere a
+    watchdog thread polls the parent id. Either way a killed bench leaves no case running on
+    (a case can hold a GPU for minutes, and its late result has nowhere to go).
+    """
+    if sys.platform == "linux":
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="gpuscout-parent-watch").start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 def classify_failure(exc: BaseException) -> FailureKind:
