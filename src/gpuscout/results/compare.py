@@ -301,8 +301,8 @@ def ratio(base: Metric, other: Metric, *, is_baseline: bool = False) -> Ratio:
         return Ratio(ratio=1.0, advantage=1.0, ci95_low=1.0, ci95_high=1.0, finding="baseline")
     if len(base.samples) < 2 or len(other.samples) < 2 or not base.value or not other.value:
         return Ratio(ratio=point, advantage=advantage, ci95_low=None, ci95_high=None, finding="single reading")
-    first, second = (base.samples, other.samples) if base.higher_is_better else (other.samples, base.samples)
-    _, low, high = bootstrap_ratio_ci(first, second, seed=BOOTSTRAP_SEED)
+    first, second = (base, other) if base.higher_is_better else (other, base)
+    _, low, high = bootstrap_ratio_ci([list(first.samples)], [list(second.samples)], seed=BOOTSTRAP_SEED)
     finding: Finding = "better" if low > 1 else "worse" if high < 1 else "no measurable difference"
     return Ratio(ratio=point, advantage=advantage, ci95_low=low, ci95_high=high, finding=finding)
 

@@ -1,0 +1,51 @@
+"""Statistics: summaries, and the two-level bootstrap of a ratio against hand-computed cases."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from gpuscout.stats import between_run_cv, bootstrap_ratio_ci, run_mean, summarize
+
+
+def test_two_level_bootstrap_matches_a_hand_computed_distribution() -> None:
+    """A: runs of constant samples 1 and 3; B: two runs of 2. Resampling A's runs gives means 1, 2, 3
+    with probabilities 1/4, 1/2, 1/4 (samples within a run are all equal, so they add nothing), so
+    B/A is 2, 1 or 2/3: the 95% interval runs from 2/3 to 2, and the point is 2/2 = 1."""
+    point, low, high = bootstrap_ratio_ci([[1, 1], [3, 3]], [[2, 2], [2, 2]], resamples=20_000)
+    assert point == 1.0 and low == pytest.approx(2 / 3) and high == pytest.approx(2.0)
+
+
+def test_one_run_per_side_is_the_ordinary_bootstrap() -> None:
+    rng = random.Random(1)
+    a = [rng.gauss(10, 1) for _ in range(40)]
+    b = [rng.gauss(12, 1) for _ in range(40)]
+    point, low, high = bootstrap_ratio_ci([a], [b])
+    assert low < point < high and low > 1.1  # a 20% difference with n = 40 is resolved
+    assert point == pytest.approx(sum(b) / sum(a))
+
+
+def test_between_run_drift_widens_the_interval() -> None:
+    """The same samples, split into runs whose means drift, give a wider interval than one pooled run."""
+    rng = random.Random(2)
+    drift = [[rng.gauss(m, 0.2) for _ in range(20)] for m in (9.0, 10.0, 11.0)]
+    steady = [[rng.gauss(10, 0.2) for _ in range(20)] for _ in range(3)]
+    _, low_pooled, high_pooled = bootstrap_ratio_ci([sum(steady, [])], [sum(drift, [])])
+    _, low_runs, high_runs = bootstrap_ratio_ci(steady, drift)
+    assert high_runs - low_runs > 3 * (high_pooled - low_pooled)
+    assert between_run_cv(drift) == pytest.approx(0.1, rel=0.2) and between_run_cv([[1.0]]) is None
+
+
+def test_large_runs_are_resampled_from_their_normal_approximation_in_bounded_time() -> None:
+    rng = random.Random(3)
+    a = [[rng.gauss(1.0, 0.1) for _ in range(50_000)] for _ in range(3)]
+    b = [[rng.gauss(1.05, 0.1) for _ in range(50_000)] for _ in range(3)]
+    point, low, high = bootstrap_ratio_ci(a, b)
+    assert low < point < high and low > 1.04 and high < 1.06
+
+
+def test_run_mean_weighs_runs_equally_and_summaries_hold() -> None:
+    assert run_mean([[1.0], [3.0, 3.0, 3.0]]) == 2.0
+    s = summarize([1.0, 2.0, 3.0, 4.0])
+    assert s.n == 4 and s.mean == 2.5 and s.p50 == 2.5 and s.ci95_low < 2.5 < s.ci95_high
