@@ -117,7 +117,8 @@ def _resampled_means(runs: Sequence[Sequence[float]], resamples: int, rng: np.ra
     # For every run, a resampled mean for every (replicate, slot); slot k of replicate i uses run chosen[i, k].
     within = np.stack([_within_run_means(np.asarray(r, dtype=float), (resamples, count), rng) for r in runs])
     picked = np.take_along_axis(within, chosen[np.newaxis, :, :], axis=0)[0]
-    return picked.mean(axis=1)
+    means: np.ndarray = picked.mean(axis=1)
+    return means
 
 
 def _within_run_means(samples: np.ndarray, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
@@ -127,4 +128,5 @@ def _within_run_means(samples: np.ndarray, shape: tuple[int, int], rng: np.rando
         return np.full(shape, samples[0])
     if n > RESAMPLE_LIMIT:
         return rng.normal(samples.mean(), samples.std(ddof=1) / math.sqrt(n), size=shape)
-    return samples[rng.integers(0, n, size=(*shape, n))].mean(axis=-1)
+    resampled: np.ndarray = samples[rng.integers(0, n, size=(*shape, n))].mean(axis=-1)
+    return resampled
