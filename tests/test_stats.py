@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from itertools import chain
 
 import pytest
 
@@ -31,7 +32,7 @@ def test_between_run_drift_widens_the_interval() -> None:
     rng = random.Random(2)
     drift = [[rng.gauss(m, 0.2) for _ in range(20)] for m in (9.0, 10.0, 11.0)]
     steady = [[rng.gauss(10, 0.2) for _ in range(20)] for _ in range(3)]
-    _, low_pooled, high_pooled = bootstrap_ratio_ci([sum(steady, [])], [sum(drift, [])])
+    _, low_pooled, high_pooled = bootstrap_ratio_ci([list(chain(*steady))], [list(chain(*drift))])
     _, low_runs, high_runs = bootstrap_ratio_ci(steady, drift)
     assert high_runs - low_runs > 3 * (high_pooled - low_pooled)
     assert between_run_cv(drift) == pytest.approx(0.1, rel=0.2) and between_run_cv([[1.0]]) is None

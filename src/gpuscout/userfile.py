@@ -1,51 +1,537 @@
-"""Reading the user's files: one place that turns OS and TOML errors into what / why / to fix."""
+"""The user's files, checked at the boundary: every read and every `-o` write goes through here.
+
+Reading (docs/design.md §4.10 lists the limits):
+
+* only regular files: a FIFO, a device, a socket or a folder is refused from `os.stat` before it is
+  opened, and the file is opened with O_NONBLOCK, so a FIFO swapped in between cannot block;
+* a size cap per kind of file, read in bounded chunks, so /dev/zero or a runaway file cannot
+  exhaust memory;
+* UTF-8 only; an invalid byte is reported by line, never echoed;
+* TOML and JSON nested at most `MAX_NESTING` levels, checked by a linear scan of the brackets
+  before the recursive parser runs; JSON numbers finite (no NaN, Infinity or 1e999) and strings
+  free of unpaired surrogates (they cannot be printed or sent as UTF-8).
+
+Writing: `check_output_path` refuses, before any work starts, an output path that is not a
+regular file or a new file in a writable folder; `write_atomic` writes through a temporary file in
+the same folder (fsync, then `os.replace`), removes its temporary file on every way out and the
+ones an earlier, killed write left behind.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import os
+import re
+import reprlib
+import stat
 import tempfile
 import tomllib
+from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
+from itertools import accumulate
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from gpuscout.errors import SpecError
 
+MIB = 2**20
+# config.json, safetensors indexes and headers: JSON, parsed in C (tens of MB/s). Real ones are a
+# few kilobytes to a few hundred (a DeepSeek-V3 index is ~1 MB); 16 MiB is far past any.
+MAX_SPEC_BYTES = 16 * MIB
+# TOML is parsed in pure Python (tomllib) at ~1 MB/s, so its caps are tighter: a job spec is ~1 KB,
+# and 4 MiB of price sheet is ~4,500 fully described offers.
+MAX_JOB_BYTES = 1 * MIB
+MAX_SHEET_BYTES = 4 * MIB
+# A SkyPilot vms.csv holds every instance type in every zone of a cloud: tens of MB at most.
+MAX_CATALOG_BYTES = 256 * MIB
+# A load test keeps every chunk gap as a raw sample: 10,000 requests x 256 tokens is ~70 MB.
+MAX_RESULT_BYTES = 512 * MIB
+# Prompt and training-text datasets (JSONL or plain text).
+MAX_DATASET_BYTES = 1024 * MIB
+# No file gpuscout reads nests more than six levels; Python's parsers recurse once per level.
+MAX_NESTING = 64
+# The longest file name Linux, macOS and Windows file systems accept (NAME_MAX), in bytes.
+MAX_NAME_BYTES = 255
 
-def read_user_text(path: Path, what: str, fix: str) -> str:
-    """The file's UTF-8 text; a missing, unreadable or non-UTF-8 file is a SpecError naming `what`."""
+_CHUNK_BYTES = MIB
+_TEMP_SUFFIX = ".tmp"
+_TEMP_NAME_BYTES = 200  # keeps `.NAME.XXXXXXXX.tmp` within MAX_NAME_BYTES
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+
+def _file_kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "not a regular file"
+
+
+def _not_regular(path: Path, what: str, mode: int) -> SpecError:
+    return SpecError(
+        f"Cannot read the {what} {path}: it is {_file_kind(mode)}, not a file.",
+        "gpuscout reads only regular files: a pipe or a device may block or never end, and a folder "
+        "holds no document.",
+        f"Pass the path of the {what} file itself.",
+    )
+
+
+def _os_error(path: Path, what: str, fix: str, exc: OSError | ValueError) -> SpecError:
+    if isinstance(exc, FileNotFoundError):
+        why = "There is no file at that path."
+    elif isinstance(exc, OSError):
+        why = f"The operating system refused: {exc.strerror or exc}."
+    else:  # ValueError: a NUL byte in the path
+        why = "The path contains a NUL character."
+    return SpecError(f"Cannot read the {what} {path}.", why, fix)
+
+
+def _check_regular(path: Path, what: str, fix: str) -> os.stat_result:
+    """The file's status, after refusing anything but a regular file (symlinks are followed)."""
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"Cannot read the {what} {path}.", getattr(exc, "strerror", None) or str(exc), fix) from None
+        info = os.stat(path)
+    except (OSError, ValueError) as exc:
+        raise _os_error(path, what, fix, exc) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise _not_regular(path, what, info.st_mode)
+    return info
 
 
-def read_user_toml(path: Path, what: str, fix: str) -> dict[str, Any]:
-    """The file parsed as TOML; a syntax error points at its line and column."""
-    text = read_user_text(path, what, fix)
+@contextmanager
+def open_user_file(path: Path, what: str, fix: str) -> Iterator[tuple[BinaryIO, int]]:
+    """An unbuffered binary handle on a regular file and its size in bytes; anything else is a SpecError.
+
+    O_NONBLOCK: should a FIFO replace the file between the stat and the open, the open returns
+    at once instead of waiting for a writer; the fstat that follows then refuses it.
+    """
+    _check_regular(path, what, fix)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
     try:
-        return tomllib.loads(text)
+        fd = os.open(path, flags)
+    except (OSError, ValueError) as exc:
+        raise _os_error(path, what, fix, exc) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _not_regular(path, what, info.st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb", buffering=0) as handle:
+        yield handle, info.st_size
+
+
+def _too_big(path: Path, what: str, max_bytes: int) -> SpecError:
+    return SpecError(
+        f"The {what} {path} is larger than {max_bytes // MIB:,} MiB.",
+        f"gpuscout reads at most {max_bytes // MIB:,} MiB of a {what} (docs/design.md §4.10), so a wrong "
+        "path or a runaway file cannot exhaust memory.",
+        f"Check that this is the {what} you meant; split or trim it if it really is that large.",
+    )
+
+
+def read_bounded(handle: BinaryIO, limit: int) -> bytes:
+    """Up to `limit` bytes from `handle`, read in chunks of at most 1 MiB (fewer at end of file)."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < limit:
+        chunk = handle.read(min(_CHUNK_BYTES, limit - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
+
+
+def read_user_bytes(path: Path, what: str, fix: str, *, max_bytes: int = MAX_SPEC_BYTES) -> bytes:
+    """The bytes of a regular file of at most `max_bytes`; anything else is a SpecError naming `what`."""
+    with open_user_file(path, what, fix) as (handle, size):
+        if size > max_bytes:
+            raise _too_big(path, what, max_bytes)
+        try:
+            data = read_bounded(handle, max_bytes + 1)  # one byte more tells a file that grew past the cap
+        except OSError as exc:
+            raise _os_error(path, what, fix, exc) from None
+    if len(data) > max_bytes:
+        raise _too_big(path, what, max_bytes)
+    return data
+
+
+def decode_user_text(data: bytes, where: str, fix: str) -> str:
+    """UTF-8 text; an invalid byte is reported by its line, without showing it."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise SpecError(
+            f"{where} is not UTF-8 text: an invalid byte on line {line}.",
+            "gpuscout reads user files as UTF-8 (lone surrogates and other encodings are refused).",
+            f"Save the file as UTF-8. {fix}",
+        ) from None
+
+
+def read_user_text(path: Path, what: str, fix: str, *, max_bytes: int = MAX_SPEC_BYTES) -> str:
+    """The file's UTF-8 text; a missing, special, oversized, unreadable or non-UTF-8 file is a SpecError."""
+    return decode_user_text(read_user_bytes(path, what, fix, max_bytes=max_bytes), f"The {what} {path}", fix)
+
+
+# --- nesting ------------------------------------------------------------------------------------
+
+# Escapes first (so every remaining quote delimits a string), then strings and comments, then
+# everything but brackets: each step linear, on bytes (multi-byte UTF-8 never holds an ASCII byte).
+_TOML_SKIP = re.compile(rb'"""[\s\S]*?"""|\'\'\'[\s\S]*?\'\'\'|"[^"\n]*"|\'[^\'\n]*\'|#[^\n]*')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_AS_STEPS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")  # as signed bytes: +1, +1, -1, -1
+
+
+def nesting_exceeds(text: str, limit: int, *, toml: bool = False) -> bool:
+    """Whether brackets outside strings (and TOML comments) nest deeper than `limit`; linear time.
+
+    The depth is the running count of open brackets (+1 for `[` `{`, -1 for `]` `}`), summed in C
+    by `itertools.accumulate`: a 16 MiB file of nothing but brackets takes under a second.
+    Unclosed brackets of a truncated file count as nesting, as the parser would recurse into them.
+    """
+    if text.count("[") + text.count("{") <= limit:  # depth never exceeds the openers: the common case, fast
+        return False
+    data = text.encode("utf-8", "surrogatepass").replace(b"\\\\", b"").replace(b'\\"', b"")
+    outside = _TOML_SKIP.sub(b"", data) if toml else b"".join(data.split(b'"')[::2])  # JSON: odd parts are strings
+    steps = outside.translate(None, _NOT_BRACKETS).translate(_AS_STEPS)
+    if b"\x01" * (limit + 1) in steps:  # that many openers in a row: too deep whatever follows
+        return True
+    return len(steps) > limit and max(accumulate(array("b", steps))) > limit
+
+
+def _deepest_exceeds(value: Any, limit: int) -> bool:
+    """Whether a parsed document nests deeper than `limit` (TOML dotted keys nest without brackets)."""
+    stack = [(value, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        if isinstance(node, dict):
+            stack.extend((child, depth + 1) for child in node.values())
+        elif isinstance(node, list):
+            stack.extend((child, depth + 1) for child in node)
+    return False
+
+
+def _too_deep(where: str, fix: str) -> SpecError:
+    return SpecError(
+        f"{where} nests tables, arrays or objects more than {MAX_NESTING} levels deep.",
+        "gpuscout refuses deeper nesting before parsing (docs/design.md §4.10); no file it reads needs "
+        "more than a few levels, and each level costs the parser stack.",
+        f"Check that this is the right file. {fix}",
+    )
+
+
+# --- TOML ---------------------------------------------------------------------------------------
+
+
+def parse_user_toml(text: str, where: str, fix: str) -> dict[str, Any]:
+    """TOML text as a dict; a syntax error points at its line and column, deep nesting is refused."""
+    if nesting_exceeds(text, MAX_NESTING, toml=True):
+        raise _too_deep(where, fix)
+    try:
+        document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise SpecError(
-            f"{path} is not valid TOML: {exc}.",
+            f"{where} is not valid TOML: {exc}.",
             "The TOML parser stopped at the line and column shown.",
             "Fix the syntax at that line (quotes around strings, '=' between key and value, "
             "dates as YYYY-MM-DD without quotes).",
         ) from None
+    except RecursionError:  # a nesting the scan could not see; the same answer
+        raise _too_deep(where, fix) from None
+    except ValueError:  # Python refuses integers of more than 4,300 digits
+        raise _too_many_digits(where, fix) from None
+    if _deepest_exceeds(document, MAX_NESTING):
+        raise _too_deep(where, fix)
+    return document
 
 
-def write_atomic(path: Path, text: str) -> None:
+def read_user_toml(path: Path, what: str, fix: str, *, max_bytes: int = MAX_SHEET_BYTES) -> dict[str, Any]:
+    """The file parsed as TOML (see `read_user_text` and `parse_user_toml`)."""
+    return parse_user_toml(read_user_text(path, what, fix, max_bytes=max_bytes), str(path), fix)
+
+
+def _too_many_digits(where: str, fix: str) -> SpecError:
+    return SpecError(
+        f"{where} holds an integer with more than 4,300 digits.",
+        "Python refuses to convert integers that long (sys.get_int_max_str_digits); no real value has them.",
+        fix,
+    )
+
+
+# --- JSON ---------------------------------------------------------------------------------------
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def parse_user_json(text: str, where: str, fix: str, *, finite: bool = True, surrogates: bool = False) -> Any:
+    """JSON text as Python values, checked: nesting first, then syntax, numbers and strings.
+
+    `finite`: NaN, Infinity and numbers past the float range (1e999) are refused, naming where they
+    are. `surrogates=False`: strings with an unpaired UTF-16 surrogate escape (\\ud800) are refused.
+    """
+    if nesting_exceeds(text, MAX_NESTING):
+        raise _too_deep(where, fix)
+    non_finite: list[str] = []
+
+    def constant(token: str) -> float:
+        non_finite.append(token)
+        return math.nan
+
+    def number(token: str) -> float:
+        value = float(token)
+        if not math.isfinite(value):
+            non_finite.append(token[:24])
+        return value
+
+    try:
+        value = json.loads(text, parse_constant=constant, parse_float=number)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{where} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.",
+                        "The JSON parser stopped at that line and column.", fix) from None
+    except RecursionError:
+        raise _too_deep(where, fix) from None
+    except ValueError:
+        raise _too_many_digits(where, fix) from None
+    if finite and non_finite:
+        raise _not_finite(where, fix, value, non_finite[0])
+    if not surrogates and _SURROGATE_ESCAPE.search(text):
+        _check_surrogates(value, where, fix)
+    return value
+
+
+def read_user_json(path: Path, what: str, fix: str, *, max_bytes: int = MAX_SPEC_BYTES) -> Any:
+    """The file parsed as JSON, with finite numbers and printable strings (see `parse_user_json`)."""
+    return parse_user_json(read_user_text(path, what, fix, max_bytes=max_bytes), str(path), fix)
+
+
+def walk(value: Any) -> Iterator[tuple[str, Any]]:
+    """(dotted path, value) of every leaf and key in a parsed document, without recursion."""
+    stack: list[tuple[str, Any]] = [("", value)]
+    while stack:
+        where, node = stack.pop()
+        if isinstance(node, dict):
+            for key, child in reversed(node.items()):
+                yield f"{where}.{key}" if where else str(key), key
+                stack.append((f"{where}.{key}" if where else str(key), child))
+        elif isinstance(node, list | tuple):
+            stack.extend((f"{where}[{i}]", child) for i, child in reversed(list(enumerate(node))))
+        else:
+            yield where, node
+
+
+def _not_finite(where: str, fix: str, value: Any, token: str) -> SpecError:
+    field = next((p for p, v in walk(value) if isinstance(v, float) and not math.isfinite(v)), "")
+    return SpecError(
+        f"{where}: {shown(field) if field else 'a value'} is {shown(token)}, not a finite number.",
+        "NaN, Infinity and numbers past ±1.8e308 (e.g. 1e999) are not numbers gpuscout can compute with.",
+        f"Write a finite number there. {fix}",
+    )
+
+
+def _check_surrogates(value: Any, where: str, fix: str) -> None:
+    for path, leaf in walk(value):
+        if isinstance(leaf, str) and _SURROGATE.search(leaf):
+            raise SpecError(
+                f"{where}: {shown(path) if path else 'a string'} holds an unpaired UTF-16 surrogate "
+                "(a \\ud800-\\udfff escape).",
+                "Such a string has no UTF-8 form, so it could neither be printed nor sent.",
+                f"Replace the broken escape (often half of an emoji). {fix}",
+            )
+
+
+def replace_surrogates(text: str) -> str:
+    """`text` with every unpaired surrogate replaced by U+FFFD (the Unicode replacement character)."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 60
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxdict = 2, 4, 4, 3
+
+
+def printable(text: str, limit: int = 200) -> str:
+    """`text` safe to print in a message: cut to `limit` characters, unpaired surrogates escaped."""
+    text = text if len(text) <= limit else text[: limit - 3] + "..."
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """A value for an error message: repr'd (control characters and surrogates escaped) and short."""
+    text = _SHOWN.repr(value) if not isinstance(value, str) else repr(value[: limit + 1])
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --- writing ------------------------------------------------------------------------------------
+
+
+def _refuse_output(path: Path, what: str, problem: str, why: str,
+                   fix: str = "Pass a file path in a folder you can write to, e.g. -o results/run.json.") -> SpecError:
+    return SpecError(f"Cannot write the {what} to {shown(str(path), 240)}: {problem}.", why, fix)
+
+
+def _check_target(path: Path, what: str) -> bool:
+    """Whether a regular file is at `path` (False: nothing is); anything else is refused."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    except NotADirectoryError:
+        raise _refuse_output(path, what, "a folder on the path is a file",
+                             "Only a folder can hold the output file.") from None
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise _refuse_output(path, what, "the path cannot be checked", f"The operating system said: {why}.") from None
+    if stat.S_ISLNK(info.st_mode):
+        raise _refuse_output(path, what, "it is a symbolic link",
+                             "gpuscout replaces its output file atomically, which would replace the link itself "
+                             "rather than write where it points; it refuses rather than guess.",
+                             "Pass the link's target path, or a new file name.")
+    if not stat.S_ISREG(info.st_mode):
+        raise _refuse_output(path, what, f"it is {_file_kind(info.st_mode)}",
+                             "gpuscout writes only regular files: writing over a folder, a pipe or a device "
+                             "would destroy it or never finish.")
+    return True
+
+
+def _writable_folder(path: Path, what: str) -> None:
+    """The nearest folder that exists above `path` must be a writable folder (the rest is created)."""
+    folder = path.parent
+    while True:
+        try:
+            info = os.stat(folder)
+            break
+        except FileNotFoundError:
+            if folder.parent == folder:
+                break
+            folder = folder.parent
+        except (OSError, ValueError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise _refuse_output(path, what, "its folder cannot be checked", f"The operating system said: {why}.") \
+                from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise _refuse_output(path, what, f"{shown(str(folder))} is a file, not a folder",
+                             "Only a folder can hold the output file.")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise _refuse_output(path, what, f"the folder {shown(str(folder))} is not writable",
+                             "This user may not create files there.")
+
+
+def check_output_path(path: Path, what: str) -> Path:
+    """`path` if a `what` can be written there; else a SpecError. Call it before any work starts.
+
+    Accepted: a regular file (replaced) or a new file in a writable folder (a missing folder is
+    created by `write_atomic` when its nearest existing ancestor is a writable folder). Refused:
+    an empty path, a folder (`/`, `.`), a symbolic link, a FIFO, device or socket, a name longer
+    than 255 bytes, a parent that is a file, a folder this user cannot write.
+    """
+    text = os.fspath(path)
+    if not text.strip():
+        raise _refuse_output(path, what, "the path is empty", "An output needs a file name.")
+    if path.name in ("", ".", "..") or text.endswith(os.sep):
+        raise _refuse_output(path, what, "it names a folder", "The output is a file inside a folder.",
+                             f"Add a file name, e.g. {os.path.join(text, 'result.json')}.")
+    if len(os.fsencode(path.name)) > MAX_NAME_BYTES:
+        raise _refuse_output(path, what, f"the file name is longer than {MAX_NAME_BYTES} bytes",
+                             f"File systems refuse names past {MAX_NAME_BYTES} bytes (NAME_MAX).",
+                             "Use a shorter file name.")
+    _check_target(path, what)
+    _writable_folder(path, what)
+    return path
+
+
+def _temp_prefix(name: str) -> str:
+    """`.NAME.`; a long name is cut (with a hash of the whole) so the temporary name stays legal."""
+    if len(os.fsencode(name)) <= _TEMP_NAME_BYTES:
+        return f".{name}."
+    digest = hashlib.sha256(os.fsencode(name)).hexdigest()[:8]
+    cut = os.fsdecode(os.fsencode(name)[: _TEMP_NAME_BYTES - 10])
+    return f".{cut}~{digest}."
+
+
+def clean_stale_temps(path: Path, *, keep: str = "") -> int:
+    """Remove the `.NAME.XXXXXXXX.tmp` files an earlier, killed write of `path` left; return how many."""
+    pattern = re.compile(re.escape(_temp_prefix(path.name)) + r"[a-z0-9_]{8}" + re.escape(_TEMP_SUFFIX))
+    removed = 0
+    try:
+        entries = list(os.scandir(path.parent))
+    except OSError:
+        return 0
+    for entry in entries:
+        if entry.name != keep and pattern.fullmatch(entry.name) and entry.is_file(follow_symlinks=False):
+            try:
+                os.unlink(entry.path)
+                removed += 1
+            except OSError:
+                pass
+    return removed
+
+
+def write_atomic(path: Path, text: str, *, what: str = "output file") -> None:
     """Write `text` so that readers see the old file or the whole new one, never a part.
 
-    A temporary file in the same folder is written, flushed and fsync'd, then renamed over `path`.
+    The target must pass `check_output_path`. A temporary file in the same folder is written,
+    fsync'd and renamed over `path`; it is removed on every way out, Ctrl-C included.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    check_output_path(path, what)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=_TEMP_SUFFIX, dir=path.parent)
+    except OSError as exc:
+        raise _refuse_output(path, what, "the file cannot be created",
+                             f"The operating system said: {exc.strerror or exc}.") from None
+    try:
+        _fill(fd, path, text)
+        _check_target(path, what)  # a symlink or FIFO put there meanwhile is not written over
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise _refuse_output(path, what, "writing failed",
+                                 f"The operating system said: {exc.strerror or exc}.",
+                                 "Free some disk space or choose another folder, then run again.") from None
         raise
+    _sync_folder(path.parent)
+    clean_stale_temps(path)
+
+
+def _fill(fd: int, path: Path, text: str) -> None:
+    """Write and fsync the temporary file; it keeps the mode of the file it replaces (else 0644)."""
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        mode = 0o644
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        os.fchmod(handle.fileno(), mode)
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _sync_folder(folder: Path) -> None:
+    """fsync the folder so the rename itself survives a power cut (best effort: not every OS allows it)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -188,7 +188,9 @@ def test_sub_byte_and_unknown_dtypes_use_the_offsets(tmp_path: Path) -> None:
     [
         (b"", "shorter than the 8-byte header length"),
         (b"\x01\x02", "shorter than the 8-byte header length"),
-        (struct.pack("<Q", 10**9) + b"{}", "declares a 1000000000-byte header"),
+        # The declared length is the file's first bytes: the message gives the file size, not them.
+        (struct.pack("<Q", 10**9) + b"{}", "declares a header longer than the 10-byte file"),
+        (struct.pack("<Q", 17 * 2**20) + bytes(17 * 2**20), "over gpuscout's 16 MiB limit"),
         (struct.pack("<Q", 4) + b"\xff\xfe{}", "not valid UTF-8 JSON"),
         (struct.pack("<Q", 9) + b"not json!", "not valid UTF-8 JSON"),
         (struct.pack("<Q", 2) + b"[]", "not an object"),

@@ -192,15 +192,28 @@ def _name_index() -> Mapping[str, tuple[str, Gpu]]:
 
 def find_gpu(name: str) -> Gpu:
     """The GPU whose SKU or alias matches `name` (see `normalise_name`), or UnknownNameError."""
-    entry = _name_index().get(normalise_name(name))
-    if entry is None:
+    gpu = lookup_gpu(name)
+    if gpu is None:
         raise _unknown_gpu(name)
-    return entry[1]
+    return gpu
+
+
+def lookup_gpu(name: str) -> Gpu | None:
+    """`find_gpu` without the did-you-mean search, for bulk imports where most misses are expected."""
+    if len(name) > _MAX_NAME:
+        return None
+    entry = _name_index().get(normalise_name(name))
+    return None if entry is None else entry[1]
+
+
+_MAX_NAME = 255  # no catalog name is longer; difflib on a megabyte-long name would take seconds
 
 
 def _suggestions(name: str, limit: int = 3) -> list[str]:
     """Up to `limit` catalog spellings close to `name`, at most one per GPU, best match first."""
     index = _name_index()
+    if len(name) > _MAX_NAME:
+        return []
     close = difflib.get_close_matches(normalise_name(name), list(index), n=len(index), cutoff=0.6)
     picked: dict[str, str] = {}
     for key in close:
@@ -213,8 +226,9 @@ def _unknown_gpu(name: str) -> UnknownNameError:
     """The three-part error for a GPU name that is not in the catalog."""
     suggestions = _suggestions(name)
     hint = f" Did you mean: {', '.join(suggestions)}?" if suggestions else ""
+    shown = repr(name) if len(name) <= 80 else repr(name[:77]) + "..."  # repr escapes control characters
     return UnknownNameError(
-        f"Unknown GPU {name!r}.{hint}",
+        f"Unknown GPU {shown}.{hint}",
         "GPU names are matched against the SKUs and aliases in gpuscout's catalog "
         "(case, spaces, '-' and '_' are ignored).",
         "run `gpuscout gpus` to list them.",

@@ -61,12 +61,13 @@ class EgressTier(_Frozen):
 class Offer(_Frozen):
     """One rentable configuration at one price, with the billing rules needed to price a whole job."""
 
-    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$")
-    provider: str = Field(min_length=1)
-    product: str = ""
-    region: str = ""
+    # Names are at most 255 characters (docs/design.md §4.10): they end up in file names and tables.
+    id: str = Field(min_length=1, max_length=255, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/+-]*$")
+    provider: str = Field(min_length=1, max_length=255)
+    product: str = Field("", max_length=255)
+    region: str = Field("", max_length=255)
     tier: Tier = "on-demand"
-    gpu: str
+    gpu: str = Field(max_length=255)
     gpu_count: int = Field(ge=1, le=1024)
     price: _Positive
     price_basis: PriceBasis

@@ -9,6 +9,7 @@ package, so `gpuscout pick` works from any folder.
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import date
 from importlib import resources
@@ -20,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 from gpuscout.errors import SpecError, UnknownNameError
 from gpuscout.hardware.currency import ExchangeRate
 from gpuscout.hardware.offers import Offer
-from gpuscout.userfile import read_user_toml
+from gpuscout.userfile import MAX_SHEET_BYTES, printable, read_user_toml, shown
 
 
 class PriceSheet(BaseModel):
@@ -41,8 +42,8 @@ class PriceSheet(BaseModel):
 
 
 def _duplicate_ids(offers: Sequence[Offer]) -> list[str]:
-    ids = [offer.id for offer in offers]
-    return sorted({i for i in ids if ids.count(i) > 1})
+    counts = Counter(offer.id for offer in offers)  # linear: a sheet may hold many thousands of offers
+    return sorted(i for i, n in counts.items() if n > 1)
 
 
 _TOP_LEVEL_KEYS = ("offer", "exchange_rate")
@@ -51,7 +52,8 @@ _TOP_LEVEL_KEYS = ("offer", "exchange_rate")
 def load_price_sheet(path: Path) -> PriceSheet:
     """Read a TOML price sheet: [[offer]] tables (with [[offer.storage]], [[offer.egress_tiers]])
     and optional [[exchange_rate]] tables. Every problem is a SpecError that names where it is."""
-    document = read_user_toml(path, "price sheet", "Check the path; examples/prices.example.toml shows the format.")
+    document = read_user_toml(path, "price sheet", "Check the path; examples/prices.example.toml shows the format.",
+                              max_bytes=MAX_SHEET_BYTES)
     return parse_price_sheet(document, path=str(path))
 
 
@@ -60,7 +62,7 @@ def parse_price_sheet(document: Mapping[str, Any], *, path: str = "price sheet")
     unknown = [key for key in document if key not in _TOP_LEVEL_KEYS]
     if unknown:
         raise SpecError(
-            f"{path} has unknown top-level keys: {', '.join(map(str, unknown))}.",
+            f"{path} has unknown top-level keys: {printable(', '.join(map(str, unknown)))}.",
             "A price sheet holds only [[offer]] and [[exchange_rate]] tables.",
             "Write each offer as an [[offer]] table and each rate as an [[exchange_rate]] table.",
         )
@@ -102,7 +104,7 @@ def parse_offer(data: Mapping[str, Any], *, origin: str = "offer") -> Offer:
     if not isinstance(data, Mapping):
         raise SpecError(f"{origin} is not a table.", "An offer is a set of key = value pairs.", "Use [[offer]].")
     offer_id = data.get("id")
-    where = f"{origin} ({offer_id!r})" if isinstance(offer_id, str) else origin
+    where = f"{origin} ({shown(offer_id)})" if isinstance(offer_id, str) else origin
     try:
         return Offer.model_validate(dict(data))
     except ValidationError as exc:
@@ -122,11 +124,15 @@ _DATED_FIELDS = frozenset({"observed_at", "source"})
 def _spec_error(where: str, what: str, exc: ValidationError) -> SpecError:
     problems: list[str] = []
     missing_dating = False
-    for err in exc.errors():
-        loc = ".".join(str(part) for part in err["loc"]) or "(whole table)"
+    errors = exc.errors()
+    for err in errors:
+        loc = ".".join(printable(str(part), 40) for part in err["loc"]) or "(whole table)"
         if err["type"] == "missing" and loc in _DATED_FIELDS:
             missing_dating = True
-        problems.append(f"{loc}: {err['msg']}" + _input_hint(err))
+        if len(problems) < 8:
+            problems.append(f"{loc}: {printable(err['msg'])}" + _input_hint(err))
+    if len(errors) > 8:
+        problems.append(f"and {len(errors) - 8} more")
     fix = "Correct the named fields; examples/prices.example.toml shows every field."
     if missing_dating:
         fix = (
@@ -140,8 +146,7 @@ def _input_hint(err: Any) -> str:
     if err["type"] == "extra_forbidden":
         return " (unknown key; check its spelling)"
     if "input" in err and not isinstance(err["input"], (dict, list)):
-        shown = repr(err["input"])
-        return f" (got {shown[:60]})"
+        return f" (got {shown(err['input'], 60)})"
     return ""
 
 

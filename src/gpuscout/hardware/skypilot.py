@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import csv
+import functools
 import re
 from collections import Counter
 from collections.abc import Iterator, Mapping
@@ -34,13 +35,13 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from gpuscout.errors import SpecError, UnknownNameError
-from gpuscout.hardware.catalog import find_gpu
+from gpuscout.errors import SpecError
+from gpuscout.hardware.catalog import lookup_gpu
 from gpuscout.hardware.offers import Offer
 from gpuscout.units import GB, GIB
-from gpuscout.userfile import read_user_text
+from gpuscout.userfile import MAX_CATALOG_BYTES, printable, read_user_text
 
 REQUIRED_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "Region")
 OPTIONAL_COLUMNS = ("GpuInfo", "SpotPrice", "AvailabilityZone", "Arch")
@@ -75,6 +76,9 @@ _G2_L4_COUNT: Mapping[str, int] = {
 
 _A100_80GB_MIN_MIB = 60 * 1024  # between the 40 GB and 80 GB parts
 _H100_NVL_MIN_MIB = 90 * 1024  # H100 NVL shows 94 GB; SXM/PCIe 80 GB
+# GpuInfo is a Python literal of ~200 characters; a longer one is not worth ast.literal_eval's time.
+_MAX_GPU_INFO = 10_000
+_MAX_GPUS = 1024  # Offer.gpu_count's bound
 
 
 class SkippedRow(BaseModel):
@@ -157,7 +161,8 @@ def describe_import(result: SkypilotImport) -> str:
 
 def _read_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
     """(line number, row with every known column present as a stripped string)."""
-    text = read_user_text(path, "SkyPilot catalog", "Point at a vms.csv, e.g. ~/.sky/catalogs/v7/aws/vms.csv.")
+    text = read_user_text(path, "SkyPilot catalog", "Point at a vms.csv, e.g. ~/.sky/catalogs/v7/aws/vms.csv.",
+                          max_bytes=MAX_CATALOG_BYTES)
     reader = csv.reader(text.splitlines())
     try:
         header = [name.strip() for name in next(reader, [])]
@@ -170,7 +175,7 @@ def _read_rows(path: Path) -> Iterator[tuple[int, dict[str, str]]]:
             yield reader.line_num, _row(fields, columns, len(header))
     except csv.Error as exc:
         raise SpecError(
-            f"{path} is not a readable CSV file (line {reader.line_num}): {exc}.",
+            f"{path} is not a readable CSV file (line {reader.line_num}): {printable(str(exc))}.",
             "The CSV parser stopped at that line.",
             "Fix the quoting at that line, or download the catalog again.",
         ) from None
@@ -182,7 +187,7 @@ def _check_columns(path: Path, header: list[str], columns: Mapping[str, int]) ->
         raise SpecError(
             f"{path} is not a SkyPilot vms.csv: it lacks the columns {', '.join(missing)}.",
             f"Expected the v7/v8 columns {', '.join(REQUIRED_COLUMNS)} (plus optional "
-            f"{', '.join(OPTIONAL_COLUMNS)}); found {', '.join(header) or 'no header'}.",
+            f"{', '.join(OPTIONAL_COLUMNS)}); found {printable(', '.join(header)) or 'no header'}.",
             "Use a catalog from ~/.sky/catalogs/v7|v8/<cloud>/vms.csv or skypilot-org/skypilot-catalog.",
         )
 
@@ -273,20 +278,32 @@ def _offers_for_row(
         return [], NO_GPU
     count = _number(gpu_row["AcceleratorCount"])
     if count is None or count <= 0:
-        return [], f"unreadable AcceleratorCount {gpu_row['AcceleratorCount']!r}"
+        return [], f"unreadable AcceleratorCount {_cell(gpu_row['AcceleratorCount'])}"
     if count != int(count):
         return [], FRACTIONAL
+    if count > _MAX_GPUS:
+        return [], f"more than {_MAX_GPUS:,} GPUs in one instance"
     sku = _map_gpu(accelerator, row["InstanceType"], _memory_mib(gpu_row["GpuInfo"]))
     if sku is None:
         return [], UNKNOWN_GPU
     price, spot = _prices(gpu_row, host_price)
     if price is None or price <= 0:
-        return [], f"no usable on-demand Price {gpu_row['Price']!r}"
+        return [], f"no usable on-demand Price {_cell(gpu_row['Price'])}"
     base = _offer_fields(row, sku, int(count), cloud, path, observed_at, combined=host_price is not None)
-    offers = [Offer.model_validate({**base, "price": price})]
+    tiers: list[dict[str, Any]] = [{"price": price}]
     if include_spot and spot is not None and spot > 0:
-        offers.append(Offer.model_validate({**base, "id": base["id"] + "-spot", "tier": "spot", "price": spot}))
-    return offers, None
+        tiers.append({"id": base["id"] + "-spot", "tier": "spot", "price": spot})
+    try:
+        return [Offer.model_validate({**base, **tier}) for tier in tiers], None
+    except ValidationError as exc:  # one odd row is skipped with its reason, never the whole import
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "row"
+        return [], printable(f"invalid offer: {where}: {first['msg']}", 120)
+
+
+def _cell(text: str) -> str:
+    """A CSV cell for a skip reason: repr'd (control characters escaped) and short."""
+    return repr(text) if len(text) <= 40 else repr(text[:37]) + "..."
 
 
 def _prices(gpu_row: Mapping[str, str], host: tuple[float, float | None] | None) -> tuple[float | None, float | None]:
@@ -333,8 +350,12 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._:/+-]+", "-", text).strip("-")
 
 
+@functools.lru_cache(maxsize=4096)
 def _map_gpu(accelerator: str, instance_type: str, memory_mib: float | None) -> str | None:
-    """gpuscout SKU for a SkyPilot accelerator name (rules in the module docstring), or None."""
+    """gpuscout SKU for a SkyPilot accelerator name (rules in the module docstring), or None.
+
+    Cached: a catalog repeats the same few names in every zone.
+    """
     name = accelerator.strip().upper().replace("_", "-").replace(" ", "")
     instance = instance_type.lower()
     pcie = "pcie" in instance
@@ -347,23 +368,23 @@ def _map_gpu(accelerator: str, instance_type: str, memory_mib: float | None) -> 
         if nvl or (memory_mib is not None and memory_mib >= _H100_NVL_MIN_MIB):
             return "h100-nvl-94gb"
         return "h100-pcie-80gb" if pcie else "h100-sxm5-80gb"
-    try:
-        return find_gpu(accelerator).sku
-    except UnknownNameError:
-        return None
+    gpu = lookup_gpu(accelerator)
+    return None if gpu is None else gpu.sku
 
 
 def _memory_mib(gpu_info: str) -> float | None:
     """Per-GPU memory from GpuInfo's Gpus[0].MemoryInfo.SizeInMiB (TotalGpuMemoryInMiB is per-GPU
     in some clouds' files and per-instance in others, so it is not used)."""
-    if not gpu_info:
+    if not gpu_info or len(gpu_info) > _MAX_GPU_INFO:
         return None
     try:
         info = ast.literal_eval(gpu_info)
         size = info["Gpus"][0]["MemoryInfo"]["SizeInMiB"]
     except (ValueError, SyntaxError, TypeError, KeyError, IndexError, MemoryError, RecursionError):
         return None
-    return float(size) if isinstance(size, (int, float)) and size > 0 else None
+    # A size over 2^40 MiB (an exbibyte per GPU) is garbage; checking first also keeps float() from overflowing.
+    ok = isinstance(size, int | float) and not isinstance(size, bool) and 0 < size < 2**40
+    return float(size) if ok else None
 
 
 def _number(text: str) -> float | None:

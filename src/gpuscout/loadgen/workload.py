@@ -14,7 +14,6 @@ normal(target, σ = spread), each clipped to at least one token.
 
 from __future__ import annotations
 
-import json
 import random
 from functools import lru_cache
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.errors import MissingDependencyError, SpecError
-from gpuscout.userfile import read_user_text, write_atomic
+from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, read_user_text, replace_surrogates, write_atomic
 
 Distribution = Literal["fixed", "uniform", "normal"]
 
@@ -112,7 +111,7 @@ def dataset_workload(path: Path, *, n: int | None, output_tokens: int, tokenizer
     shuffles, `n = None` takes every entry once. For "messages" the first user message is the prompt
     (as vLLM's ShareGPT loader takes the first human turn).
     """
-    texts = _read_jsonl(path)
+    texts, repaired = _read_jsonl(path)
     count = len(texts) if n is None else n
     _check_sizes(n=count, prompt_tokens=1, output_tokens=output_tokens, spread=0)
     rng = random.Random(seed)
@@ -126,14 +125,15 @@ def dataset_workload(path: Path, *, n: int | None, output_tokens: int, tokenizer
                            output_tokens=output_tokens) for text in chosen)
     counted = f"tokenizer {tokenizer_path}" if tokenizer_path else "approximate: words, no tokenizer"
     mean = sum(p.prompt_tokens for p in prompts) / len(prompts)
+    note = f"; {repaired} with broken surrogate escapes repaired to U+FFFD" if repaired else ""
     return Workload(prompts=prompts, source=str(path), seed=seed, tokenizer=tokenizer_path,
-                    description=f"{count} prompts from {path} (mean {mean:.0f} prompt tokens, {counted}), "
+                    description=f"{count} prompts from {path} (mean {mean:.0f} prompt tokens, {counted}{note}), "
                                 f"output {output_tokens}, seed {seed}")
 
 
 def save_workload(workload: Workload, path: Path) -> None:
     """Write the workload as JSON atomically, next to the result that used it."""
-    write_atomic(path, workload.model_dump_json(indent=2))
+    write_atomic(path, workload.model_dump_json(indent=2), what="workload file")
 
 
 def count_tokens(text: str, tokenizer_path: str | None) -> int | None:
@@ -211,38 +211,48 @@ def _exact_text(tokenizer: Any, pool: list[int], target: int, rng: random.Random
                     "Use a different --prompt-tokens, or drop --tokenizer for approximate lengths.")
 
 
-def _read_jsonl(path: Path) -> list[str]:
+def _read_jsonl(path: Path) -> tuple[list[str], int]:
+    """The prompts of a JSONL dataset and how many had unpaired surrogates replaced.
+
+    The file is read through gpuscout.userfile: a regular file of at most 1 GiB of UTF-8, each line
+    nested at most 64 levels. Other fields may hold anything (NaN included); only the prompt is
+    used. A prompt with an unpaired surrogate escape (half of an emoji, common in scraped chat
+    logs) gets U+FFFD in its place: it could not be sent as UTF-8, and one broken character should
+    not stop a load test of a large dataset.
+    """
     fix = 'Write one JSON object a line: {"prompt": "..."}, {"text": "..."} or {"messages": [{"role": "user", ...}]}.'
-    text = read_user_text(path, "dataset", fix)
+    text = read_user_text(path, "dataset", fix, max_bytes=MAX_DATASET_BYTES)
     prompts: list[str] = []
+    repaired = 0
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            entry = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{path} line {number} is not valid JSON: {exc.msg}.",
-                            "A dataset is JSON Lines: one JSON object on each line.", fix) from None
-        prompts.append(_entry_text(entry, path, number, fix))
+        entry = parse_user_json(line, f"{path} line {number}", "A dataset is JSON Lines: one JSON object on each "
+                                f"line. {fix}", finite=False, surrogates=True)
+        prompt = _entry_text(entry, path, number, fix)
+        clean = replace_surrogates(prompt)
+        repaired += clean != prompt
+        prompts.append(clean)
     if not prompts:
         raise SpecError(f"{path} has no prompts.", "The dataset file is empty.", fix)
-    return prompts
+    return prompts, repaired
 
 
 def _entry_text(entry: object, path: Path, number: int, fix: str) -> str:
+    """The line's prompt: "prompt", "text", or the first user message; blank text is no prompt."""
     if isinstance(entry, dict):
         for key in ("prompt", "text"):
-            if isinstance(entry.get(key), str) and entry[key]:
+            if isinstance(entry.get(key), str) and entry[key].strip():
                 return str(entry[key])
         messages = entry.get("messages")
         if isinstance(messages, list):
             for message in messages:
                 if isinstance(message, dict) and message.get("role") == "user":
                     content = _message_text(message.get("content"))
-                    if content:
+                    if content.strip():
                         return content
     raise SpecError(f"{path} line {number} has no prompt.",
-                    'Each line needs a non-empty "prompt" or "text" string, or "messages" with a user message.', fix)
+                    'Each line needs a non-blank "prompt" or "text" string, or "messages" with a user message.', fix)
 
 
 def _message_text(content: object) -> str:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from typing import Any
 from gpuscout.errors import GpuscoutError, SpecError
 from gpuscout.measure.harness import BenchSettings
 from gpuscout.torchmodel.llm import build_causal_lm, preload_model_code
+from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, read_user_text, replace_surrogates
 from gpuscout.workload.hf_config import config_depth, config_with_depth, shape_from_hf_config
 from gpuscout.workload.job import FinetuneJob, InferenceJob
 from gpuscout.workload.shape import ModelShape
@@ -126,27 +126,26 @@ def dataset_tokens(path: Path, model_dir: str | None, vocab: int) -> list[int]:
 
 
 def read_texts(path: Path) -> list[str]:
-    """JSON Lines (the first line is an object) with a "text" field per line, else plain text."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(f"Cannot read the dataset {path}.", str(exc),
-                        "Pass a readable UTF-8 JSONL or text file.") from None
+    """JSON Lines (the first line is an object) with a "text" field per line, else plain text.
+
+    Read through gpuscout.userfile: a regular file of at most 1 GiB of UTF-8, each JSON line nested
+    at most 64 levels; unpaired surrogate escapes in a text become U+FFFD (as the load test's
+    dataset reader does), since such text cannot be tokenized as UTF-8.
+    """
+    fix = "Pass a readable UTF-8 JSONL or text file."
+    raw = read_user_text(path, "dataset", fix, max_bytes=MAX_DATASET_BYTES)
     lines = [line for line in raw.splitlines() if line.strip()]
     if not lines or not lines[0].lstrip().startswith("{"):
         return [raw]
     texts = []
     for number, line in enumerate(lines, start=1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{path} line {number} is not JSON: {exc.msg}.", "The file looks like JSON Lines.",
-                            "Fix that line, or pass a plain-text file.") from None
+        row = parse_user_json(line, f"{path} line {number}", "The file looks like JSON Lines. Fix that line, or "
+                              "pass a plain-text file.", finite=False, surrogates=True)
         if not isinstance(row, dict) or not isinstance(row.get("text"), str):
             raise SpecError(f'{path} line {number} has no "text" string.',
                             "bench reads the training text from the 'text' field of every line.",
                             'Give every line a "text" field, or pass a plain-text file.')
-        texts.append(row["text"])
+        texts.append(replace_surrogates(row["text"]))
     return texts
 
 

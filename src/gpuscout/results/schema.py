@@ -8,14 +8,23 @@ Measured and extrapolated values (depth slicing) are kept apart and labelled.
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpuscout.stats import Summary
 
 SCHEMA_VERSION = 1
+
+# Every float in a result lies within ±1e30 and every sample is 0 or at least 1e-30 in size
+# (docs/design.md §4.10): no time, rate or size gpuscout measures comes near either bound, and
+# within them sums, squares and ratios of any number of samples stay finite.
+MAX_MAGNITUDE = 1e30
+MIN_MAGNITUDE = 1e-30
+
+Bytes = Annotated[int, Field(ge=0)]
 
 ResultKind = Literal["finetune", "inference", "image", "probe", "load"]
 FailureKind = Literal["oom", "crash", "unsupported", "timeout", "interrupted"]
@@ -38,19 +47,27 @@ class Metric(Frozen):
     extrapolated: bool = False  # True: scaled from a depth slice, not measured (see `Case.layers`)
     note: str = ""  # formula or caveat
 
+    @model_validator(mode="after")
+    def _summary_matches_samples(self) -> Metric:
+        if self.summary is not None and self.summary.n < 1:
+            raise ValueError(f"{self.name}: a summary of {self.summary.n} samples")
+        if self.summary is not None and self.samples and self.summary.n != len(self.samples):
+            raise ValueError(f"{self.name}: a summary of {self.summary.n} samples beside {len(self.samples)} samples")
+        return self
+
 
 class PeakMemory(Frozen):
     """Three views of peak memory (docs/measurement.md §1); None where not available."""
 
-    torch_allocated_bytes: int | None = None  # live tensors (max_memory_allocated)
-    torch_reserved_bytes: int | None = None  # held by the caching allocator (max_memory_reserved)
-    nvml_used_bytes: int | None = None  # sampled process/device use, including the CUDA context
+    torch_allocated_bytes: Bytes | None = None  # live tensors (max_memory_allocated)
+    torch_reserved_bytes: Bytes | None = None  # held by the caching allocator (max_memory_reserved)
+    nvml_used_bytes: Bytes | None = None  # sampled process/device use, including the CUDA context
     # NVML device `used` (every process on the GPU, other tenants too); nvml_used_bytes is then this
     # process's own `usedGpuMemory` where NVML reports it per process, else the device view again.
-    nvml_device_used_bytes: int | None = None
-    process_rss_bytes: int | None = None  # CPU runs: peak resident set of the case's process
-    device_total_bytes: int | None = None
-    extrapolated_allocated_bytes: int | None = None  # depth slice scaled to the full model
+    nvml_device_used_bytes: Bytes | None = None
+    process_rss_bytes: Bytes | None = None  # CPU runs: peak resident set of the case's process
+    device_total_bytes: Bytes | None = None
+    extrapolated_allocated_bytes: Bytes | None = None  # depth slice scaled to the full model
 
 
 class StartupPhase(Frozen):
@@ -70,13 +87,13 @@ class Case(Frozen):
 
     name: str
     params: dict[str, Scalar]  # what distinguishes this case from its siblings
-    layers: int | None = None  # depth slice actually built (None: full depth)
-    full_layers: int | None = None
+    layers: int | None = Field(None, ge=1)  # depth slice actually built (None: full depth)
+    full_layers: int | None = Field(None, ge=1)
     metrics: tuple[Metric, ...] = ()
     peak_memory: PeakMemory = PeakMemory()
     startup: tuple[StartupPhase, ...] = ()
     failure: Failure | None = None
-    wall_s: float = 0.0
+    wall_s: float = Field(0.0, ge=0)
     notes: tuple[str, ...] = ()  # what this case did differently from the spec, and why (e.g. sdpa for flash)
 
 
@@ -91,9 +108,9 @@ class FixedVariables(Frozen):
     seed: int
     precision: str
     device: str  # "cuda" or "cpu"
-    warmup: int
-    repeats: int
-    layers: int | None = None
+    warmup: int = Field(ge=0)
+    repeats: int = Field(ge=0)
+    layers: int | None = Field(None, ge=1)
     settings: dict[str, Scalar]  # batch, seq_len, prompt/output tokens, concurrency levels, resolution …
 
 
@@ -104,16 +121,16 @@ class Fingerprint(Frozen):
     python: str
     platform: str
     cpu_model: str
-    cpu_cores: int
-    ram_bytes: int | None = None
-    disk_free_bytes: int | None = None
+    cpu_cores: int = Field(ge=0)
+    ram_bytes: Bytes | None = None
+    disk_free_bytes: Bytes | None = None
     libraries: dict[str, str]  # torch, transformers, peft, diffusers, accelerate, bitsandbytes, …
     cuda: str | None = None
     driver: str | None = None
     gpu_name: str | None = None
     gpu_sku: str | None = None  # the catalog SKU it matched, if any
-    gpu_count: int = 0
-    gpu_memory_bytes: int | None = None
+    gpu_count: int = Field(0, ge=0)
+    gpu_memory_bytes: Bytes | None = None
     compute_capability: str | None = None
     sm_clock_mhz: int | None = None
     memory_clock_mhz: int | None = None
@@ -138,3 +155,13 @@ class BenchResult(Frozen):
     cases: tuple[Case, ...]
     complete: bool = True  # False when interrupted (Ctrl-C) or some cases did not run
     notes: tuple[str, ...] = ()
+
+
+def check_samples(result: BenchResult) -> str:
+    """The first measured value that no measurement can give (NaN, inf, past ±1e30, nonzero below 1e-30), or ""."""
+    for case in result.cases:
+        for metric in case.metrics:
+            for value in (metric.value, *metric.samples):
+                if not (value == 0 or MIN_MAGNITUDE <= abs(value) <= MAX_MAGNITUDE) or not math.isfinite(value):
+                    return f"case {case.name[:60]!r}, metric {metric.name[:60]!r}: a value of {value:.3g}"
+    return ""

@@ -1,44 +1,65 @@
-"""Reading and writing result files: atomic writes, clear messages for old or foreign files."""
+"""Reading and writing result files: atomic writes, clear messages for old, foreign or broken files."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from gpuscout.errors import SpecError
-from gpuscout.results.schema import SCHEMA_VERSION, BenchResult
-from gpuscout.userfile import read_user_text, write_atomic
+from gpuscout.results.schema import MAX_MAGNITUDE, SCHEMA_VERSION, BenchResult, check_samples
+from gpuscout.userfile import MAX_RESULT_BYTES, printable, read_user_json, walk, write_atomic
+
+_FIX = "Pass a file written by `gpuscout bench -o FILE` or `gpuscout load -o FILE`; re-run it if it was cut off."
+_MAX_INT = 2**63  # results are int64 everywhere they are read (numpy, pandas, JSON tools)
 
 
 def save_result(result: BenchResult, path: Path) -> None:
     """Write atomically (a partial file is never left behind, even on Ctrl-C)."""
-    write_atomic(path, result.model_dump_json(indent=2))
+    write_atomic(path, result.model_dump_json(indent=2), what="result file")
 
 
 def load_result(path: Path) -> BenchResult:
-    text = read_user_text(path, "result file", "Pass a JSON file written by `gpuscout bench` or `gpuscout load`.")
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{path} is not JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.",
-                        "Result files are JSON written by gpuscout.",
-                        "Pass a file written by `gpuscout bench -o FILE`; re-run the benchmark if it was cut off.",
-                        ) from None
+    """A result file, checked: at most 512 MiB, finite numbers in range, the schema version, the schema."""
+    data = read_user_json(path, "result file", _FIX, max_bytes=MAX_RESULT_BYTES)
     version = data.get("schema_version") if isinstance(data, dict) else None
-    if version != SCHEMA_VERSION:
+    if version != SCHEMA_VERSION or isinstance(version, bool):
         raise SpecError(
-            f"{path} has result schema version {version!r}; this gpuscout reads version {SCHEMA_VERSION}.",
+            f"{path} has result schema version {printable(repr(version), 60)}; this gpuscout reads version "
+            f"{SCHEMA_VERSION}.",
             "Older results lack fields compare needs; newer ones were written by a newer gpuscout."
             if isinstance(version, int) else "The file has no schema_version: it was not written by gpuscout.",
             "Re-run the benchmark with this gpuscout, or use the gpuscout version that wrote the file.",
         )
     try:
-        return BenchResult.model_validate(data)
+        result = BenchResult.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise SpecError(f"{path} is not a valid gpuscout result: {where}: {first['msg']}.",
+        where = ".".join(printable(str(p), 40) for p in first["loc"])
+        raise SpecError(f"{path} is not a valid gpuscout result: {where}: {printable(first['msg'])}.",
                         f"{len(exc.errors())} field(s) do not match schema version {SCHEMA_VERSION}.",
                         "Re-run the benchmark; do not edit result files by hand.") from None
+    # On the validated model, not the JSON: pydantic reads the string "nan" or "1e999" as a float.
+    _check_magnitudes(path, result.model_dump())
+    problem = check_samples(result)
+    if problem:
+        raise SpecError(f"{path} is not a valid gpuscout result: {problem}.",
+                        "gpuscout never writes such a number: the file was damaged or edited.",
+                        "Re-run the benchmark; do not edit result files by hand.")
+    return result
+
+
+def _check_magnitudes(path: Path, data: Any) -> None:
+    """Every float finite and within ±1e30, every integer within ±2^63: sums and ratios must stay finite."""
+    for where, value in walk(data):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            continue
+        limit = MAX_MAGNITUDE if isinstance(value, float) else _MAX_INT
+        if not abs(value) <= limit:  # NaN fails this test too
+            shown = f"{value:.3g}" if isinstance(value, float) or value.bit_length() < 100 else "a huge integer"
+            raise SpecError(
+                f"{path}: {printable(where, 120)} is {shown}, beyond ±{limit:.0e}.",
+                "No quantity gpuscout measures comes near it; sums and ratios of such numbers overflow.",
+                "Re-run the benchmark; do not edit result files by hand.",
+            )

@@ -9,20 +9,31 @@ plus an optional "__metadata__" string map; the tensor data follows. We never re
 
 from __future__ import annotations
 
-import json
 import math
+import os
 import re
 import struct
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any, TypeGuard
+from pathlib import Path, PurePath
+from typing import Any, NamedTuple, TypeGuard
 
 from gpuscout.errors import SpecError
-from gpuscout.workload.shape import CheckpointTensorGroup, CheckpointWeights, Frozen
+from gpuscout.userfile import (
+    MAX_SPEC_BYTES,
+    decode_user_text,
+    open_user_file,
+    parse_user_json,
+    read_bounded,
+    read_user_json,
+    shown,
+)
+from gpuscout.workload.shape import CheckpointTensorGroup, CheckpointWeights
 
-# The safetensors library refuses headers above 100 MB (MAX_HEADER_SIZE in safetensors/src/tensor.rs);
-# a length past that is a corrupt or foreign file, not a huge model.
-MAX_HEADER_BYTES = 100_000_000
+# The safetensors library refuses headers above 100 MB (MAX_HEADER_SIZE in safetensors/src/tensor.rs).
+# gpuscout reads at most 16 MiB (docs/design.md §4.10): ~150,000 tensors at ~110 bytes each, where the
+# largest public shards hold a few thousand; parsing a 100 MB header took 20 s and 1.5 GB. A length
+# past the cap is a corrupt or foreign file, not a huge model.
+MAX_HEADER_BYTES = 16 * 2**20
 
 # Bits per element of every dtype the safetensors format defines (safetensors/src/tensor.rs, `Dtype`).
 # Sub-byte formats (F4 = MXFP4's e2m1, F6_*) are packed, so a tensor takes ceil(elements·bits/8) bytes.
@@ -50,6 +61,8 @@ DTYPE_BITS: dict[str, int] = {
 }
 
 INDEX_SUFFIX = ".safetensors.index.json"
+# numpy's NPY_MAXDIMS; torch allows 64 too. A longer shape is not a tensor anyone saved.
+MAX_TENSOR_DIMS = 64
 
 # Tensor-name patterns of quantized checkpoints, checked in order; the first match names the method.
 # Sources: bitsandbytes `QuantState.as_dict` (absmax, quant_map, nested_absmax, quant_state.*) and
@@ -71,8 +84,13 @@ _NAME_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 _SCALE_PATTERN = re.compile(r"\.(weight_scale|weight_scale_inv|input_scale)$")
 
 
-class SafetensorsTensor(Frozen):
-    """One tensor a safetensors header declares."""
+class SafetensorsTensor(NamedTuple):
+    """One tensor a safetensors header declares.
+
+    A plain tuple, not a pydantic model: a header may declare 150,000 tensors, `_parse_entry` has
+    checked every field, and a model per tensor cost more than parsing the JSON. What gpuscout
+    keeps, `CheckpointWeights`, is a pydantic model.
+    """
 
     name: str
     dtype: str
@@ -100,39 +118,45 @@ def read_checkpoint_weights(directory: Path) -> CheckpointWeights:
 
 def read_safetensors_header(path: Path) -> list[SafetensorsTensor]:
     """The tensors one safetensors file declares, validated against the file size."""
-    try:
-        file_bytes, raw = _read_header_bytes(path)
-    except OSError as exc:
-        raise SpecError(
-            f"Cannot read {path}.",
-            f"The operating system refused: {exc.strerror or exc}.",
-            "Check that the file exists and is readable by this user.",
-        ) from None
+    file_bytes, raw = _read_header_bytes(path)
     header = _parse_header_json(path, raw)
     data_bytes = file_bytes - 8 - len(raw)
     return [_parse_entry(path, name, entry, data_bytes) for name, entry in header.items() if name != "__metadata__"]
 
 
 def _read_header_bytes(path: Path) -> tuple[int, bytes]:
-    """The file size and the raw JSON header, after checking the declared length fits the file."""
-    file_bytes = path.stat().st_size
-    with path.open("rb") as handle:
-        prefix = handle.read(8)
-        if len(prefix) < 8:
-            raise _bad_file(path, f"the file is {len(prefix)} bytes, shorter than the 8-byte header length")
-        (header_bytes,) = struct.unpack("<Q", prefix)
-        if header_bytes > file_bytes - 8:
-            raise _bad_file(path, f"it declares a {header_bytes}-byte header but the file is only {file_bytes} bytes")
-        if header_bytes > MAX_HEADER_BYTES:
-            raise _bad_file(path, f"it declares a {header_bytes}-byte header, over the 100 MB format limit")
-        return file_bytes, handle.read(header_bytes)
+    """The file size and the raw JSON header, after checking the declared length against the cap and the file.
+
+    Only a regular file is opened (gpuscout.userfile); the messages give sizes, never the bytes read.
+    """
+    fix = "Check that the file exists and is readable by this user."
+    with open_user_file(path, "safetensors file", fix) as (handle, file_bytes):
+        try:
+            prefix = read_bounded(handle, 8)
+            if len(prefix) < 8:
+                raise _bad_file(path, f"the file is {len(prefix)} bytes, shorter than the 8-byte header length")
+            (header_bytes,) = struct.unpack("<Q", prefix)
+            if header_bytes > file_bytes - 8:
+                raise _bad_file(path, f"its 8-byte length prefix declares a header longer than the {file_bytes:,}-byte "
+                                "file")
+            if header_bytes > MAX_HEADER_BYTES:
+                raise _bad_file(path, f"its 8-byte length prefix declares a header over gpuscout's "
+                                f"{MAX_HEADER_BYTES // 2**20} MiB limit (docs/design.md §4.10)")
+            raw = read_bounded(handle, header_bytes)
+        except OSError as exc:
+            raise SpecError(f"Cannot read the safetensors file {path}.",
+                            f"The operating system refused: {exc.strerror or exc}.", fix) from None
+    if len(raw) < header_bytes:
+        raise _bad_file(path, "the file ended inside its header (it shrank while being read)")
+    return file_bytes, raw
 
 
 def _parse_header_json(path: Path, raw: bytes) -> dict[str, Any]:
+    fix = "Re-download the file, or remove it from the checkpoint directory."
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise _bad_file(path, f"its header is not valid UTF-8 JSON ({type(exc).__name__})") from None
+        header = parse_user_json(decode_user_text(raw, f"The header of {path}", fix), f"The header of {path}", fix)
+    except SpecError as exc:
+        raise _bad_file(path, f"its header is not valid UTF-8 JSON: {exc.what}") from None
     if not isinstance(header, dict):
         raise _bad_file(path, f"its header is a JSON {type(header).__name__}, not an object")
     return header
@@ -140,16 +164,18 @@ def _parse_header_json(path: Path, raw: bytes) -> dict[str, Any]:
 
 def _parse_entry(path: Path, name: str, entry: object, data_bytes: int) -> SafetensorsTensor:
     if not isinstance(entry, dict):
-        raise _bad_file(path, f"tensor {name!r} is described by a {type(entry).__name__}, not an object")
+        raise _bad_file(path, f"tensor {shown(name)} is described by a {type(entry).__name__}, not an object")
     dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-    if not isinstance(dtype, str):
-        raise _bad_file(path, f"tensor {name!r} has no string 'dtype'")
-    if not _is_int_list(shape):
-        raise _bad_file(path, f"tensor {name!r} has no 'shape' list of non-negative integers")
+    if not isinstance(dtype, str) or not 0 < len(dtype) <= 32:
+        raise _bad_file(path, f"tensor {shown(name)} has no string 'dtype' (a dtype name of at most 32 characters)")
+    if not (_is_int_list(shape) and len(shape) <= MAX_TENSOR_DIMS):
+        raise _bad_file(path, f"tensor {shown(name)} has no 'shape' list of at most {MAX_TENSOR_DIMS} non-negative "
+                        "integers")
     if not (_is_int_list(offsets) and len(offsets) == 2):
-        raise _bad_file(path, f"tensor {name!r} has no 'data_offsets' pair of non-negative integers")
+        raise _bad_file(path, f"tensor {shown(name)} has no 'data_offsets' pair of non-negative integers")
     if not offsets[0] <= offsets[1] <= data_bytes:
-        raise _bad_file(path, f"tensor {name!r} has 'data_offsets' {offsets} outside the {data_bytes}-byte data area")
+        raise _bad_file(path, f"tensor {shown(name)} has 'data_offsets' {shown(offsets)} outside the "
+                        f"{data_bytes:,}-byte data area")
     elements = math.prod(shape)
     size = offsets[1] - offsets[0]
     bits = DTYPE_BITS.get(dtype)
@@ -157,14 +183,15 @@ def _parse_entry(path: Path, name: str, entry: object, data_bytes: int) -> Safet
     if expected is not None and size != expected:
         raise _bad_file(
             path,
-            f"tensor {name!r} ({dtype}, shape {shape}) should take {expected} bytes but its data_offsets span {size}",
+            f"tensor {shown(name)} ({shown(dtype)}, shape {shown(shape)}) should take {expected:,} bytes but its "
+            f"data_offsets span {size:,}",
         )
     return SafetensorsTensor(name=name, dtype=dtype, elements=elements, bytes=size)
 
 
 def _is_int_list(value: object) -> TypeGuard[list[int]]:
-    # bool is an int subclass in Python; JSON true/false is never a valid size.
-    return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value)
+    # `type(v) is int` leaves out bool (an int subclass): JSON true/false is never a valid size.
+    return type(value) is list and all(type(v) is int and v >= 0 for v in value)
 
 
 def _checkpoint_files(path: Path) -> list[Path]:
@@ -205,24 +232,65 @@ def _no_files_reason(path: Path) -> str:
 
 
 def _indexed_shards(index: Path) -> list[Path]:
-    try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        names = sorted(set(weight_map.values()))
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+    fix = "Re-download the index file, or delete it to read every *.safetensors file in the directory."
+    document = read_user_json(index, "shard index", fix, max_bytes=MAX_SPEC_BYTES)
+    weight_map = document.get("weight_map") if isinstance(document, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise SpecError(
             f"Cannot read the shard index {index}.",
             "It is not JSON with a 'weight_map' object of tensor name -> shard file name.",
-            "Re-download the index file, or delete it to read every *.safetensors file in the directory.",
-        ) from None
-    shards = [index.parent / str(name) for name in names]
-    missing = [s.name for s in shards if not s.is_file()]
+            fix,
+        )
+    shards = [_shard_path(index, name) for name in sorted(set(weight_map.values()))]
+    missing = [s.name for s in shards if not s.exists()]
     if missing:
+        names = [m if m.isprintable() and len(m) <= 80 else shown(m) for m in missing[:10]]
+        shown_missing = ", ".join(names) + (f" … ({len(missing)} in all)" if len(missing) > 10 else "")
         raise SpecError(
-            f"Checkpoint {index.parent} lacks {len(missing)} of {len(shards)} shards: {', '.join(missing)}.",
+            f"Checkpoint {index.parent} lacks {len(missing)} of {len(shards)} shards: {shown_missing}.",
             f"{index.name} names these files, but they are not in the directory (an interrupted download?).",
             "Download the missing shards (e.g. `huggingface-cli download REPO --local-dir DIR`).",
         )
     return shards
+
+
+def _shard_path(index: Path, name: str) -> Path:
+    """The shard an index names, which must be a *.safetensors file inside the model folder.
+
+    The name may not be absolute or climb out with '..', and where it leads after following
+    symlinks must stay inside the folder, or inside the Hugging Face cache's `blobs/` folder that
+    a `snapshots/<revision>/` folder links into (huggingface_hub's cache layout).
+    """
+    folder = index.parent
+    relative = PurePath(name) if name and "\0" not in name else None
+    if (relative is None or relative.is_absolute() or ".." in relative.parts or not name.endswith(".safetensors")
+            or len(os.fsencode(name)) > 4096):
+        raise _escaping_shard(index, name, "it is not the name of a .safetensors file inside the model folder")
+    shard = folder / relative
+    try:
+        target, roots = shard.resolve(), _allowed_roots(folder)
+    except (OSError, RuntimeError):  # a symlink loop
+        raise _escaping_shard(index, name, "following its symbolic links never ends") from None
+    if not any(target.is_relative_to(root) for root in roots):
+        raise _escaping_shard(index, name, "it is a symbolic link that leads out of the model folder")
+    return shard
+
+
+def _allowed_roots(folder: Path) -> list[Path]:
+    absolute = Path(os.path.abspath(folder))
+    roots = [folder.resolve()]
+    if absolute.parent.name == "snapshots":
+        roots.append((absolute.parent.parent / "blobs").resolve())
+    return roots
+
+
+def _escaping_shard(index: Path, name: str, why: str) -> SpecError:
+    return SpecError(
+        f"The shard index {index} names the shard {shown(name)}, which gpuscout will not read: {why}.",
+        "An index may only name safetensors files in its own model folder; anything else could make "
+        "gpuscout read files the model does not own.",
+        "Re-download the index file, or delete it to read every *.safetensors file in the directory.",
+    )
 
 
 def _group_by_dtype(tensors: Sequence[SafetensorsTensor]) -> tuple[CheckpointTensorGroup, ...]:
@@ -246,14 +314,7 @@ def _config_quantization(directory: Path) -> str | None:
     config_path = directory / "config.json"
     if not config_path.is_file():
         return None
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except (ValueError, RecursionError):
-        raise SpecError(
-            f"Cannot read {config_path}.",
-            "It is not valid JSON.",
-            "Re-download config.json from the model repository.",
-        ) from None
+    config = read_user_json(config_path, "model config", "Re-download config.json from the model repository.")
     quant = config.get("quantization_config") if isinstance(config, dict) else None
     if not isinstance(quant, dict):
         return None

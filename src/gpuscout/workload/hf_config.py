@@ -8,13 +8,15 @@ compare them with `transformers` models built on the meta device.
 from __future__ import annotations
 
 import difflib
-import json
+import math
+import os
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from gpuscout.errors import SpecError, UnknownNameError
+from gpuscout.userfile import read_user_json, shown
 from gpuscout.workload import hf_families as fam
 from gpuscout.workload.shape import ModelShape
 
@@ -36,6 +38,13 @@ _BUILDERS: dict[str, Callable[[fam.ConfigFields], fam.ShapeParts]] = {
 # Old Falcon checkpoints name their type after the dataset; transformers maps them to falcon.
 _MODEL_TYPE_ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon"}
 
+# A quadrillion parameters: 500 times the largest model announced (~2e12). More comes from a wrong
+# field, and would only carry absurd numbers into every estimate (docs/design.md §4.10).
+MAX_PARAMS = 10**15
+_DROPOUT_KEYS = ("attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop", "hidden_dropout")
+_CONFIG_FIX = ("Use the model's config.json from the Hugging Face Hub (a trailing comma or a missing quote "
+               "is the usual cause of a syntax error).")
+
 
 def supported_model_types() -> tuple[str, ...]:
     return tuple(sorted(_BUILDERS))
@@ -44,30 +53,14 @@ def supported_model_types() -> tuple[str, ...]:
 def load_hf_config(path: Path) -> dict[str, Any]:
     """Read a `config.json` file, or the one inside a model directory."""
     file = path / "config.json" if path.is_dir() else path
-    try:
-        text = file.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
+    if not os.path.lexists(file):
         raise SpecError(
             f"No model config at {file}.",
             "A Hugging Face model is described by the config.json in its directory.",
             "Pass the path of a config.json file or of a model directory that contains one.",
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError(
-            f"Cannot read {file}.", str(exc), "Check the file's permissions and that it is UTF-8 JSON."
-        ) from None
-    return _parse_config_json(text, file)
-
-
-def _parse_config_json(text: str, file: Path) -> dict[str, Any]:
-    try:
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(
-            f"{file} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.",
-            "config.json must be a single JSON object.",
-            f"Fix line {exc.lineno} of {file} (a trailing comma or a missing quote is the usual cause).",
-        ) from None
+        )
+    # Regular files only, at most 16 MiB, nesting, NaN and lone surrogates checked (gpuscout.userfile).
+    config = read_user_json(file, "model config", _CONFIG_FIX)
     if not isinstance(config, dict):
         raise SpecError(
             f"{file} holds a JSON {type(config).__name__}, not an object.",
@@ -88,23 +81,46 @@ def shape_from_hf_config(config: dict[str, Any], *, name: str, source: str) -> M
 def _training_traits(config: dict[str, Any], model_type: str) -> dict[str, Any]:
     """Activation-relevant settings, with transformers' per-family defaults where keys are absent."""
     gemma = model_type in ("gemma2", "gemma3_text")
-    dropout_keys = ("attention_dropout", "attn_pdrop", "resid_pdrop", "embd_pdrop", "hidden_dropout")
     default_dropout = 0.1 if model_type == "gpt2" else 0.0  # GPT2Config defaults all three to 0.1
-    dropouts = [config.get(k, default_dropout if k in ("attn_pdrop", "resid_pdrop", "embd_pdrop") else 0.0)
-                for k in dropout_keys]
-    act = config.get("hidden_activation") or config.get("hidden_act") or config.get("activation_function")
+    dropouts = [_probability(config, k, default_dropout if k in ("attn_pdrop", "resid_pdrop", "embd_pdrop") else 0.0)
+                for k in _DROPOUT_KEYS]
+    act_key = next((k for k in ("hidden_activation", "hidden_act", "activation_function") if config.get(k)), None)
+    act = config[act_key] if act_key else ("gelu_new" if model_type == "gpt2" else "silu")
+    if not isinstance(act, str) or len(act) > 64:
+        raise _bad_field(str(act_key), act, "the activation's name, e.g. \"silu\" or \"gelu_pytorch_tanh\"")
+    # Gemma2Config defaults attn_logit_softcapping to 50.0.
+    softcap = config.get("attn_logit_softcapping", 50.0 if model_type == "gemma2" else None)
+    if softcap is not None and not (isinstance(softcap, int | float) and math.isfinite(softcap) and softcap >= 0):
+        raise _bad_field("attn_logit_softcapping", softcap, "null or a non-negative number")
     return {
-        "hidden_act": str(act or ("gelu_new" if model_type == "gpt2" else "silu")),
-        "dropout": max(float(d or 0.0) for d in dropouts),
+        "hidden_act": act,
+        "dropout": max(dropouts),
         "norms_per_layer": 4 if gemma else 2,
-        # Gemma2Config defaults attn_logit_softcapping to 50.0.
-        "attn_logit_softcapping": bool(config.get("attn_logit_softcapping", 50.0 if model_type == "gemma2" else None)),
+        "attn_logit_softcapping": bool(softcap),
     }
+
+
+def _probability(config: dict[str, Any], key: str, default: float) -> float:
+    """A dropout probability: a number in [0, 1] (null means the family default); anything else is named."""
+    value = config.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise _bad_field(key, value, "a probability from 0 to 1")  # NaN fails the range test too
+    return float(value)
+
+
+def _bad_field(key: str, value: object, want: str) -> SpecError:
+    return SpecError(
+        f"config.json field '{key}' is invalid (got {shown(value)}).",
+        f"gpuscout reads '{key}' as {want}.",
+        "Copy the field from the model's config.json on the Hugging Face Hub.",
+    )
 
 
 def _model_type(config: dict[str, Any]) -> str:
     raw = config.get("model_type")
-    if not isinstance(raw, str):
+    if not isinstance(raw, str) or not raw:
         raise SpecError(
             "config.json has no 'model_type'.",
             "gpuscout picks the architecture's parameter layout by model_type.",
@@ -115,7 +131,7 @@ def _model_type(config: dict[str, Any]) -> str:
         close = difflib.get_close_matches(model_type, supported_model_types(), n=3, cutoff=0.5)
         hint = f"Did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
         raise UnknownNameError(
-            f"Unsupported model_type '{raw}'.",
+            f"Unsupported model_type {shown(raw)}.",
             f"gpuscout knows the parameter layout of: {', '.join(supported_model_types())}.",
             f"{hint}Use a config of a supported family, or a safetensors checkpoint for exact weight bytes.",
         )
@@ -154,6 +170,12 @@ def assemble_shape(parts: fam.ShapeParts, *, name: str, family: str, source: str
         params_active=sum(g.active_count * g.params_each for g in parts.linears) + rest,
     )
     check_param_sum(shape)
+    if shape.params_total > MAX_PARAMS:
+        raise SpecError(
+            f"The config describes a model of {shape.params_total:.3g} parameters, more than {MAX_PARAMS:.0e}.",
+            "The largest models today have about 2e12 parameters; a count this size comes from a wrong field.",
+            "Check num_hidden_layers, hidden_size, intermediate_size, vocab_size and the expert counts.",
+        )
     return shape
 
 
@@ -187,7 +209,8 @@ def config_with_depth(config: dict[str, Any], num_layers: int) -> dict[str, Any]
 def config_depth(config: dict[str, Any]) -> int:
     """The number of decoder layers a config.json dict declares."""
     for key in ("num_hidden_layers", "n_layer", "num_layers"):
-        if isinstance(config.get(key), int):
-            return int(config[key])
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= fam.MAX_LAYERS:
+            return value
     raise SpecError("The model config has no layer count.", "num_hidden_layers (or n_layer) is missing.",
                     "Use the model's full config.json.")

@@ -14,9 +14,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscout.errors import SpecError
+from gpuscout.userfile import shown
 from gpuscout.workload.shape import AttentionLayout, LinearGroup
 
 _MISSING: Any = object()
+
+# Sane bounds for the numbers of a config.json (docs/design.md §4.10): far past any real model (the
+# largest have ~160 layers, hidden 25,600, a 262,144-token vocabulary, 256 experts), yet small enough
+# that no shape, estimate or layer list built from them can overflow or take long.
+MAX_LAYERS = 10_000
+MAX_WIDTH = 1_000_000  # hidden size, heads, intermediate sizes, head_dim, latent ranks
+MAX_VOCAB = 10_000_000
+MAX_POSITIONS = 1_000_000_000  # max_position_embeddings, sliding_window
+MAX_EXPERTS = 100_000
+_LIMITS: dict[str, tuple[int, int]] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer"), (1, MAX_LAYERS)),
+    **dict.fromkeys(("hidden_size", "n_embd", "num_attention_heads", "n_head", "num_key_value_heads",
+                     "num_kv_heads"), (1, MAX_WIDTH)),
+    "vocab_size": (1, MAX_VOCAB),
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "sliding_window"), (0, MAX_POSITIONS)),
+    **dict.fromkeys(("num_experts", "num_local_experts", "n_routed_experts", "n_shared_experts",
+                     "num_experts_per_tok"), (0, MAX_EXPERTS)),
+    **dict.fromkeys(("max_window_layers", "first_k_dense_replace", "decoder_sparse_step"), (0, MAX_LAYERS)),
+    "sliding_window_pattern": (1, MAX_LAYERS),  # a divisor: `(i + 1) % pattern`
+    "num_ln_in_parallel_attn": (0, 16),
+}
+_DEFAULT_LIMITS = (0, MAX_WIDTH)
 
 
 @dataclass
@@ -51,18 +74,21 @@ class ConfigFields:
     family: str
 
     def _bad(self, key: str, want: str) -> SpecError:
+        got = shown(self.config[key]) if key in self.config else "<missing>"
         return SpecError(
-            f"config.json field '{key}' is missing or invalid (got {self.config.get(key, '<missing>')!r}).",
+            f"config.json field '{key}' is missing or invalid (got {got}).",
             f"The {self.family} shape builder needs '{key}' as {want}.",
             "Copy the field from the model's config.json on the Hugging Face Hub.",
         )
 
     def num(self, key: str, default: Any = _MISSING) -> int:
+        """An integer field within its documented bounds (`_LIMITS`); JSON true/false is not an integer."""
         value = self.config.get(key)
         if value is None and default is not _MISSING:
             return int(default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self._bad(key, "a non-negative integer")
+        low, high = _LIMITS.get(key, _DEFAULT_LIMITS)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self._bad(key, f"an integer from {low:,} to {high:,}")
         return value
 
     def opt_int(self, key: str) -> int | None:
@@ -88,9 +114,11 @@ class ConfigFields:
         return [str(t) for t in value]
 
     def int_list(self, key: str) -> list[int]:
+        """A list of layer indices (e.g. `mlp_only_layers`)."""
         value = self.config.get(key) or []
-        if not isinstance(value, list) or not all(isinstance(v, int) for v in value):
-            raise self._bad(key, "a list of integers")
+        if (not isinstance(value, list) or len(value) > MAX_LAYERS
+                or not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < MAX_LAYERS for v in value)):
+            raise self._bad(key, f"a list of at most {MAX_LAYERS:,} layer indices (integers from 0)")
         return [int(v) for v in value]
 
 
@@ -114,19 +142,43 @@ class Dims:
 def read_dims(f: ConfigFields, *, head_dim_default: int | None = None, max_pos_default: int = 0) -> Dims:
     """Explicit `head_dim` wins (Qwen3, Gemma, Llama 3.2); else the family default; else h / heads."""
     hidden, heads = f.num("hidden_size"), f.num("num_attention_heads")
-    if heads == 0:
-        raise f._bad("num_attention_heads", "a positive integer")
     head_dim = f.opt_int("head_dim") or head_dim_default or hidden // heads
+    kv_heads = f.num("num_key_value_heads", heads)  # no GQA field means plain multi-head attention
+    check_heads(f, hidden, heads, kv_heads, head_dim, kv_key="num_key_value_heads")
     return Dims(
         hidden=hidden,
         layers=f.num("num_hidden_layers"),
         heads=heads,
-        kv_heads=f.num("num_key_value_heads", heads),  # no GQA field means plain multi-head attention
+        kv_heads=kv_heads,
         head_dim=head_dim,
         vocab=f.num("vocab_size"),
         intermediate=f.num("intermediate_size", 0),
         max_positions=f.num("max_position_embeddings", max_pos_default),
     )
+
+
+def check_heads(f: ConfigFields, hidden: int, heads: int, kv_heads: int, head_dim: int, *, kv_key: str) -> None:
+    """Key/value heads are shared by groups of query heads, and every head needs at least one dimension."""
+    if kv_heads < 1 or kv_heads > heads:
+        raise f._bad(kv_key, f"an integer from 1 to the number of attention heads ({heads})")
+    if head_dim < 1:
+        raise SpecError(
+            f"config.json gives {heads} attention heads for a hidden size of {hidden}: less than one dimension "
+            "per head.",
+            "Each head works on hidden_size / num_attention_heads dimensions (or head_dim when given).",
+            "Check hidden_size and num_attention_heads against the model's config.json on the Hugging Face Hub.",
+        )
+
+
+def check_experts(f: ConfigFields, experts: int, top_k: int, *, experts_key: str) -> None:
+    """A token is routed to top-k of the experts: 1 <= k <= experts (k = 0 only with no experts)."""
+    if top_k > experts or (experts > 0 and top_k < 1):
+        raise SpecError(
+            f"config.json routes each token to num_experts_per_tok = {top_k} of {experts} experts "
+            f"('{experts_key}').",
+            "A mixture-of-experts layer picks at least one and at most all of its experts per token.",
+            "Check num_experts_per_tok and the expert count against the model's config.json.",
+        )
 
 
 def linear(name: str, n_in: int, n_out: int, count: int, *, bias: bool = False) -> LinearGroup:
@@ -303,9 +355,11 @@ def build_gemma(f: ConfigFields, *, gemma3: bool) -> ShapeParts:
     return llama_like(d, f, knobs)
 
 
-def _moe_parts(f: ConfigFields, d: Dims, dense_layers: int, moe_width: int, knobs: _LlamaLike) -> ShapeParts:
+def _moe_parts(f: ConfigFields, d: Dims, dense_layers: int, moe_width: int, knobs: _LlamaLike,
+               experts_key: str = "num_experts") -> ShapeParts:
     """A llama-like decoder whose MLP is a routed MoE on all but `dense_layers` layers."""
     experts, top_k = f.num("num_experts"), f.num("num_experts_per_tok")
+    check_experts(f, experts, top_k, experts_key=experts_key)
     moe_layers = d.layers - dense_layers
     parts = llama_like(d, f, knobs)
     parts.linears = (
@@ -323,7 +377,7 @@ def build_mixtral(f: ConfigFields) -> ShapeParts:
     d = read_dims(f)
     fields = ConfigFields({**f.config, "num_experts": f.num("num_local_experts", 8)}, f.family)
     knobs = _LlamaLike(attention=uniform_layouts(d, f.opt_int("sliding_window")))
-    return _moe_parts(fields, d, 0, d.intermediate, knobs)
+    return _moe_parts(fields, d, 0, d.intermediate, knobs, "num_local_experts")
 
 
 def build_qwen3_moe(f: ConfigFields) -> ShapeParts:
@@ -368,7 +422,7 @@ def build_deepseek_v3(f: ConfigFields) -> ShapeParts:
     dense = min(f.num("first_k_dense_replace", 0), d.layers)
     fields = ConfigFields({**f.config, "num_experts": f.num("n_routed_experts")}, f.family)
     moe_width = f.num("moe_intermediate_size")
-    parts = _moe_parts(fields, d, dense, moe_width, _LlamaLike())
+    parts = _moe_parts(fields, d, dense, moe_width, _LlamaLike(), "n_routed_experts")
     shared = moe_width * f.num("n_shared_experts", 0)
     parts.linears = [
         *_mla_linears(f, d, q_rank, kv_rank),
@@ -388,7 +442,8 @@ def build_gpt2(f: ConfigFields) -> ShapeParts:
     h, n, heads = f.num("n_embd", 768), f.num("n_layer", 12), f.num("n_head", 12)
     vocab, positions = f.num("vocab_size", 50257), f.num("n_positions", 1024)
     inner = f.opt_int("n_inner") or 4 * h
-    d = Dims(h, n, heads, heads, h // max(heads, 1), vocab, inner, positions)
+    check_heads(f, h, heads, heads, h // heads, kv_key="n_head")
+    d = Dims(h, n, heads, heads, h // heads, vocab, inner, positions)
     return ShapeParts(
         num_layers=n, hidden_size=h, vocab_size=vocab, num_attention_heads=heads, num_kv_heads=heads,
         head_dim=d.head_dim, intermediate_size=inner, max_position_embeddings=positions,
@@ -408,8 +463,9 @@ def build_gpt2(f: ConfigFields) -> ShapeParts:
 def build_falcon(f: ConfigFields) -> ShapeParts:
     """Falcon: fused query_key_value; multi-query (7B) or grouped kv (new_decoder_architecture)."""
     h, n, heads = f.num("hidden_size", 4544), f.num("num_hidden_layers", 32), f.num("num_attention_heads", 71)
-    new_arch, hd = f.flag("new_decoder_architecture", False), h // max(heads, 1)
+    new_arch, hd = f.flag("new_decoder_architecture", False), h // heads
     kv = f.num("num_kv_heads", heads) if new_arch else (1 if f.flag("multi_query", True) else heads)
+    check_heads(f, h, heads, kv, hd, kv_key="num_kv_heads")
     inner, bias = f.opt_int("ffn_hidden_size") or 4 * h, f.flag("bias", False)
     d = Dims(h, n, heads, kv, hd, f.num("vocab_size", 65024), inner, f.num("max_position_embeddings", 2048))
     # FalconDecoderLayer: 2 LayerNorms unless parallel_attn with a single input_layernorm.

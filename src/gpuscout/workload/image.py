@@ -20,6 +20,7 @@ from typing import Any, Literal, Self
 from pydantic import model_validator
 
 from gpuscout.errors import UnknownNameError
+from gpuscout.userfile import shown
 from gpuscout.workload.shape import DTYPE_BYTES, Frozen
 
 
@@ -161,7 +162,7 @@ def _resolve(preset_id: str) -> str:
     close = dict.fromkeys(table[name] for name in difflib.get_close_matches(key, table, n=5, cutoff=0.5))
     hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
     raise UnknownNameError(
-        f"Unknown image model preset {preset_id!r}.{hint}",
+        f"Unknown image model preset {shown(preset_id)}.{hint}",
         f"gpuscout bundles image presets for: {', '.join(image_preset_ids())}.",
         "Use one of those ids (or an alias such as 'sdxl-base-1.0', 'flux.1-dev').",
     )

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from gpuscout.errors import SpecError
-from gpuscout.userfile import read_user_toml
+from gpuscout.userfile import MAX_JOB_BYTES, printable, read_user_toml, shown
 
 Precision = Literal["fp32", "bf16_mixed", "bf16", "fp16_mixed"]
 Optimizer = Literal["adamw", "adamw_8bit", "sgd", "adafactor"]
@@ -30,33 +30,51 @@ KvDtype = Literal["fp32", "bf16", "fp16", "fp8"]
 Engine = Literal["vllm", "hf"]
 ImageDtype = Literal["fp32", "bf16", "fp16"]
 
+# Upper bounds on the numbers of a job (docs/design.md §4.10). Each is far past any real job, and
+# small enough that the estimator, the speed model and the billing arithmetic stay finite and fast:
+# 1e15 tokens is 70 times the 15e12 that trained Llama 3; 1e7 tokens of context is Llama 4 Scout's.
+MAX_TOKENS = 10**15  # dataset_tokens
+MAX_CONTEXT = 10_000_000  # seq_len, prompt_tokens, output_tokens
+MAX_EPOCHS = 10_000
+MAX_COUNT = 10**12  # requests, images
+MAX_BATCH = 65_536  # micro_batch, image batch
+MAX_CONCURRENCY = 1_000_000
+MAX_NAME = 255  # characters of a job's name: it ends up in file names and report titles
+MAX_MODEL_REF = 4096  # a preset id or a path (PATH_MAX)
+MAX_SECONDS = 10**6  # latency targets (11.6 days)
+
+Name = Annotated[str, Field(max_length=MAX_NAME)]
+ModelRef = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_REF)]
+
+
 class Spec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # allow_inf_nan=False: `epochs = inf` or `nan` would turn every runtime and cost into inf or NaN.
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class Lora(Spec):
     rank: int = Field(16, gt=0, le=4096)
-    alpha: int = Field(32, gt=0)
-    target_modules: tuple[str, ...] | Literal["all-linear"] = "all-linear"
+    alpha: int = Field(32, gt=0, le=1_000_000)
+    target_modules: tuple[Name, ...] | Literal["all-linear"] = Field("all-linear", max_length=1024)
 
 
 class Slo(Spec):
-    ttft_p95_s: float | None = Field(None, gt=0)
-    tpot_p95_s: float | None = Field(None, gt=0)
-    e2e_p95_s: float | None = Field(None, gt=0)
+    ttft_p95_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
+    tpot_p95_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
+    e2e_p95_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
 
 
 class FinetuneJob(Spec):
     kind: Literal["finetune"]
-    name: str = "fine-tune"
-    model: str
+    name: Name = "fine-tune"
+    model: ModelRef
     method: Method = "lora"
     lora: Lora = Lora()
     precision: Precision = "bf16_mixed"
     optimizer: Optimizer = "adamw"
-    micro_batch: int = Field(1, gt=0)
-    seq_len: int = Field(2048, gt=0)
-    grad_accum: int = Field(1, gt=0)
+    micro_batch: int = Field(1, gt=0, le=MAX_BATCH)
+    seq_len: int = Field(2048, gt=0, le=MAX_CONTEXT)
+    grad_accum: int = Field(1, gt=0, le=100_000)
     gradient_checkpointing: bool = False
     attention: Attention = "sdpa"
     chunked_cross_entropy: bool = False
@@ -64,8 +82,8 @@ class FinetuneJob(Spec):
     gpus: int = Field(1, gt=0, le=4096)
     sharding: Sharding = "none"
     tensor_parallel: int = Field(1, gt=0, le=64)
-    dataset_tokens: int = Field(10_000_000, gt=0)
-    epochs: float = Field(1.0, gt=0)
+    dataset_tokens: int = Field(10_000_000, gt=0, le=MAX_TOKENS)
+    epochs: float = Field(1.0, gt=0, le=MAX_EPOCHS)
     allow_long_context: bool = False  # train past the model's max_position_embeddings on purpose
 
     @model_validator(mode="after")
@@ -81,19 +99,19 @@ class FinetuneJob(Spec):
 
 class InferenceJob(Spec):
     kind: Literal["inference"]
-    name: str = "inference"
-    model: str
+    name: Name = "inference"
+    model: ModelRef
     weights: WeightFormat = "bf16"
-    int4_group_size: int = Field(128, gt=0)
+    int4_group_size: int = Field(128, gt=0, le=MAX_BATCH)
     kv_cache_dtype: KvDtype = "bf16"
-    prompt_tokens: int = Field(1024, gt=0)
-    output_tokens: int = Field(256, gt=0)
-    concurrency: int = Field(1, gt=0)
+    prompt_tokens: int = Field(1024, gt=0, le=MAX_CONTEXT)
+    output_tokens: int = Field(256, gt=0, le=MAX_CONTEXT)
+    concurrency: int = Field(1, gt=0, le=MAX_CONCURRENCY)
     engine: Engine = "vllm"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    max_num_batched_tokens: int = Field(8192, gt=0)
+    max_num_batched_tokens: int = Field(8192, gt=0, le=100_000_000)
     tensor_parallel: int = Field(1, gt=0, le=64)
-    requests: int = Field(1000, gt=0)
+    requests: int = Field(1000, gt=0, le=MAX_COUNT)
     slo: Slo = Slo()
     allow_long_context: bool = False
 
@@ -104,14 +122,14 @@ class InferenceJob(Spec):
 
 class ImageJob(Spec):
     kind: Literal["image"]
-    name: str = "image generation"
-    model: str
+    name: Name = "image generation"
+    model: ModelRef
     width: int = Field(1024, gt=0, le=16384)
     height: int = Field(1024, gt=0, le=16384)
-    steps: int = Field(30, gt=0)
-    batch: int = Field(1, gt=0)
+    steps: int = Field(30, gt=0, le=10_000)
+    batch: int = Field(1, gt=0, le=MAX_BATCH)
     guidance: bool = True  # classifier-free guidance: a conditional and an unconditional pass
-    images: int = Field(1000, gt=0)
+    images: int = Field(1000, gt=0, le=MAX_COUNT)
     dtype: ImageDtype = "fp16"
     attention: Attention = "sdpa"
     vae_tiling: bool = False
@@ -144,16 +162,20 @@ def parse_job(data: dict[str, Any], *, origin: str = "job spec") -> FinetuneJob 
 
 def load_job(path: Path) -> FinetuneJob | InferenceJob | ImageJob:
     """Read a TOML job spec. Malformed TOML points at the line; invalid values name the field."""
-    data = read_user_toml(path, "job spec", "Check the path; examples live in examples/*.toml.")
+    fix = "Check the path; examples live in examples/*.toml."
+    data = read_user_toml(path, "job spec", fix, max_bytes=MAX_JOB_BYTES)
     return parse_job(data, origin=str(path))
 
 
 def _spec_error(origin: str, exc: ValidationError) -> SpecError:
     problems = []
-    for err in exc.errors():
+    errors = exc.errors()
+    for err in errors[:8]:
         # The first location item is the union branch tag ("finetune" …); drop it.
-        loc = ".".join(str(part) for part in err["loc"][1:]) or "(top level)"
-        problems.append(f"{loc}: {err['msg']}" + _input_hint(err))
+        loc = ".".join(printable(str(part), 40) for part in err["loc"][1:]) or "(top level)"
+        problems.append(f"{loc}: {printable(err['msg'])}" + _input_hint(err))
+    if len(errors) > 8:
+        problems.append(f"and {len(errors) - 8} more")
     return SpecError(
         f"{origin} is not a valid job spec.",
         "; ".join(problems),
@@ -165,5 +187,5 @@ def _input_hint(err: Any) -> str:
     if err["type"] == "extra_forbidden":
         return " (unknown key — check its spelling)"
     if "input" in err and not isinstance(err["input"], dict):
-        return f" (got {err['input']!r})"
+        return f" (got {shown(err['input'])})"  # cut short: a value may be megabytes long
     return ""

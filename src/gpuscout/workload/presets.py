@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.errors import UnknownNameError
+from gpuscout.userfile import shown
 from gpuscout.workload.hf_config import shape_from_hf_config
 from gpuscout.workload.shape import ModelShape
 
@@ -81,7 +82,7 @@ def find_llm_preset(preset_id: str) -> LlmPreset:
     close = difflib.get_close_matches(_candidates(preset_id)[-1], llm_preset_ids(), n=3, cutoff=0.5)
     hint = f"Did you mean {' or '.join(repr(c) for c in close)}? " if close else ""
     raise UnknownNameError(
-        f"Unknown model preset '{preset_id}'.",
+        f"Unknown model preset {shown(preset_id)}.",
         f"gpuscout bundles the configs of: {', '.join(llm_preset_ids())}.",
         f"{hint}Or pass the model's config.json (or its directory) instead of a preset name.",
     )

@@ -51,8 +51,11 @@ def resolve_any(ref: str, *, base_dir: Path | None = None) -> ModelShape | Image
 
 def _existing_path(ref: str, base_dir: Path | None) -> Path | None:
     for candidate in (Path(ref), (base_dir / ref) if base_dir else None):
-        if candidate is not None and candidate.exists():
-            return candidate
+        try:
+            if candidate is not None and candidate.exists():
+                return candidate
+        except (OSError, ValueError):  # a name too long for a path, or a NUL in it: not a path, maybe a preset
+            continue
     return None
 
 

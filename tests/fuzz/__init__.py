@@ -1,0 +1,1 @@
+"""Fuzzing every user-file parser (docs/design.md §5.3)."""
