@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "cli": {"api", "report", "estimator", "measure", "trace", "loadgen", "results", "cost", "workload", "hardware"},
 }
 # Leaves import nothing of gpuscout but other leaves.
-LEAVES = {"errors", "units", "userfile", "stats", "host", "interrupts"}
+LEAVES = {"errors", "units", "userfile", "outfile", "stats", "host", "interrupts"}
 # The result schema is shared vocabulary: the bench and the load generator write their records in
 # it; results stores and compares them (the flow stays measure/loadgen → results → cost → report).
 SHARED_SCHEMA = "gpuscout.results.schema"

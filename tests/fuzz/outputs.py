@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from unittest import mock
 
-from gpuscout import userfile
+from gpuscout import outfile
 from gpuscout.errors import GpuscoutError
 
 from .corpus import make_device
@@ -93,7 +93,7 @@ def judge_output(kind: str, folder: Path, *, hang_s: float = 5.0) -> Verdict:
     before = _snapshot(path) if kind not in ("root", "empty", "dot") else None
     accepted = kind in ACCEPTED
     start = time.perf_counter()
-    checker = getattr(userfile, "check_output_path", None)
+    checker = getattr(outfile, "check_output_path", None)
     try:
         with time_limit(hang_s):
             if checker is not None:
@@ -102,7 +102,7 @@ def judge_output(kind: str, folder: Path, *, hang_s: float = 5.0) -> Verdict:
                     return verdict
             if kind == "interrupted":
                 return _interrupted(path, folder)
-            userfile.write_atomic(path, '{"fuzz": true}')
+            outfile.write_atomic(path, '{"fuzz": true}')
     except Hang as exc:
         return Verdict("hang", str(exc))
     except GpuscoutError as exc:
@@ -144,7 +144,7 @@ def _interrupted(path: Path, folder: Path) -> Verdict:
     path.write_text("old")
     with mock.patch("os.fsync", side_effect=KeyboardInterrupt):
         try:
-            userfile.write_atomic(path, '{"fuzz": true}')
+            outfile.write_atomic(path, '{"fuzz": true}')
         except KeyboardInterrupt:
             pass
         else:

@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.outfile import check_output_path, clean_stale_temps, write_atomic
 from gpuscout.results.store import save_result
-from gpuscout.userfile import check_output_path, clean_stale_temps, write_atomic
 
 from .outputs import ACCEPTED, KINDS, judge_output
 

@@ -22,7 +22,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.errors import MissingDependencyError, SpecError
-from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, read_user_text, replace_surrogates, write_atomic
+from gpuscout.outfile import write_atomic
+from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, read_user_text, replace_surrogates
 
 Distribution = Literal["fixed", "uniform", "normal"]
 

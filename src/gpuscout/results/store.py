@@ -8,8 +8,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuscout.errors import SpecError
+from gpuscout.outfile import write_atomic
 from gpuscout.results.schema import MAX_MAGNITUDE, SCHEMA_VERSION, BenchResult, check_samples
-from gpuscout.userfile import MAX_RESULT_BYTES, printable, read_user_json, walk, write_atomic
+from gpuscout.userfile import MAX_RESULT_BYTES, printable, read_user_json, walk
 
 _FIX = "Pass a file written by `gpuscout bench -o FILE` or `gpuscout load -o FILE`; re-run it if it was cut off."
 _MAX_INT = 2**63  # results are int64 everywhere they are read (numpy, pandas, JSON tools)
