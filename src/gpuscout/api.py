@@ -339,15 +339,28 @@ class LoadReport:
     search: SearchResult | None = None
     costs: tuple[LoadCost, ...] = ()  # one per case, when a price was given
     output: Path | None = None
+    stopped_by: int | None = None  # the signal that stopped the run early (SIGINT for Ctrl-C), if any
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped_by is not None
 
 
 def load(plan: LoadPlan, *, output: str | Path | None = None, offers: str | Path | None = None,
          offer: str | None = None, usd_per_hour: float | None = None,
          progress: ProgressFactory | None = None) -> LoadReport:
-    """Load-test an OpenAI-compatible endpoint as the plan says; price it when a price is given."""
+    """Load-test an OpenAI-compatible endpoint as the plan says; price it when a price is given.
+
+    With `output` the result is written atomically after every level and at the end (the workload
+    beside it, with the first write), so Ctrl-C, SIGTERM or SIGHUP keep what finished (`complete`
+    is false; the level in flight keeps its finished requests) and even SIGKILL loses at most the
+    level in flight. A run stopped before any request finished writes nothing.
+    """
     from gpuscout.cost.load_cost import price_load, price_load_on_offer
     from gpuscout.hardware.price_sheet import find_offer, load_price_sheet
+    from gpuscout.interrupts import stop_on_signals
     from gpuscout.loadgen.session import run_plan
+    from gpuscout.results.store import save_result
 
     path = Path(output) if output is not None else None
     if offer is not None and offers is None:
@@ -357,17 +370,22 @@ def load(plan: LoadPlan, *, output: str | Path | None = None, offers: str | Path
                         "Pass --offers PRICES.toml --offer ID, or --usd-per-hour P.")
     sheet = load_price_sheet(Path(offers)) if offers is not None else None
     the_offer = find_offer(sheet, offer) if sheet is not None and offer is not None else None
-    outcome = run_plan(plan, output=path, progress=progress)
-    if path is not None:
-        from gpuscout.results.store import save_result
 
-        save_result(outcome.result, path)
+    def keep(result: BenchResult) -> None:
+        if path is not None and result.cases:
+            save_result(result, path)
+
+    with stop_on_signals() as stops:
+        outcome = run_plan(plan, output=path, progress=progress, checkpoint=keep)
+    keep(outcome.result)
     costs: tuple[LoadCost, ...] = ()
     if the_offer is not None and sheet is not None:
         costs = tuple(price_load_on_offer(c, the_offer, sheet.exchange_rates) for c in outcome.result.cases)
     elif usd_per_hour is not None:
         costs = tuple(price_load(c, usd_per_hour) for c in outcome.result.cases)
-    return LoadReport(result=outcome.result, search=outcome.search, costs=costs, output=path)
+    return LoadReport(result=outcome.result, search=outcome.search, costs=costs,
+                      output=path if outcome.result.cases else None,
+                      stopped_by=(stops.signum or signal.SIGINT) if outcome.interrupted else None)
 
 
 def probe(url: str, *, repeats: int = 10, download_url: str | None = None, upload_url: str | None = None,

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 from gpuscout.results.store import load_result
 
@@ -51,3 +55,72 @@ def test_malformed_url_exits_1_with_what_why_fix() -> None:
     done = gpuscout("load", "not a url", "--model", "M")
     assert done.returncode == 1
     assert "not an http" in done.stderr and "To fix" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_plan_of_a_billion_requests_is_refused_before_anything_is_sent() -> None:
+    done = gpuscout("load", "http://127.0.0.1:9", "--model", "M", "--rate", "1e9", "--duration", "1000s")
+    assert done.returncode == 1 and "at most 100,000" in done.stderr and "Traceback" not in done.stderr
+    for bad in (["--timeout", "nan"], ["--timeout", "0"], ["--percentile", "150"], ["--sweep", "1,nan"]):
+        done = gpuscout("load", "http://127.0.0.1:9", "--model", "M", *bad)
+        assert done.returncode == 1 and "Traceback" not in done.stderr, (bad, done.stderr)
+
+
+def _start(args: list[str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "gpuscout", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=ROOT, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[str], timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no checkpoint written"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_mid_run_keeps_the_finished_levels_and_requests(tmp_path: Path, sig: signal.Signals) -> None:
+    """Two 3 s levels; the signal lands 1 s into the second: level 1 whole, level 2's finished requests."""
+    out = tmp_path / "load.json"
+    with serve_in_thread(FakeConfig(ttft_s=0.005, token_delay_s=0.002)) as srv:
+        proc = _start(["load", srv.url, "--model", "M", "--sweep", "1,2", "--duration", "3s", "--output-tokens", "8",
+                       "-o", str(out)])
+        _wait_for(out, proc)  # the checkpoint after level 1
+        first = load_result(out)
+        time.sleep(1.0)
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, stderr
+    assert "Traceback" not in stderr and "Incomplete run" in stderr
+    assert len(first.cases) == 1 and not first.complete
+    result = load_result(out)
+    assert not result.complete and len(result.cases) == 2
+    assert any(f"interrupted by {sig.name}" in n for n in result.notes)
+    partial = {m.name: m for m in result.cases[1].metrics}
+    assert partial["ttft_s"].summary is not None and partial["ttft_s"].summary.n > 0
+    assert any(n.startswith(f"invalid: interrupted by {sig.name}") for n in result.cases[1].notes)
+    assert (tmp_path / "load.workload.json").is_file()
+
+
+def test_sigkill_loses_at_most_the_level_in_flight(tmp_path: Path) -> None:
+    out = tmp_path / "load.json"
+    with serve_in_thread(FakeConfig(ttft_s=0.005, token_delay_s=0.002)) as srv:
+        proc = _start(["load", srv.url, "--model", "M", "--sweep", "1,2", "--duration", "3s", "--output-tokens", "8",
+                       "-o", str(out)])
+        _wait_for(out, proc)
+        time.sleep(1.0)
+        proc.kill()
+        proc.communicate(timeout=60)
+    result = load_result(out)
+    assert not result.complete and len(result.cases) == 1 and "valid" in result.cases[0].notes
+    assert (tmp_path / "load.workload.json").is_file()
+
+
+def test_probe_prints_no_credentials() -> None:
+    secret, token = "pw-cli-probe-0042", "tk-cli-probe-0042"
+    with serve_in_thread(FakeConfig()) as srv:
+        url = f"http://admin:{secret}@127.0.0.1:{srv.port}/v1/models?access_token={token}"
+        for extra in ([], ["--json"]):
+            done = gpuscout("probe", url, "--repeats", "2", *extra)
+            assert done.returncode == 0, done.stderr
+            assert secret not in done.stdout + done.stderr and token not in done.stdout + done.stderr

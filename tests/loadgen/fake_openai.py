@@ -6,7 +6,13 @@ Raw asyncio HTTP/1.1 (keep-alive, chunked SSE), so its own overhead is tiny and 
   tokens per SSE chunk; the output length is the request's max_tokens.
 * faults, chosen by a marker in the prompt so they are deterministic: `FAULT=500` (HTTP 500),
   `FAULT=hang` (never answers), `FAULT=drop` (closes the connection after one content chunk),
-  `FAULT=malformed` (one `data:` line that is not JSON).
+  `FAULT=malformed` (one `data:` line that is not JSON); hostile ones (tests/loadgen/test_hostile_server.py):
+  `FAULT=string_delta` (one chunk's `delta`, or the reply's `message`, is a string), `FAULT=endless500`
+  (HTTP 500 whose body never ends), `FAULT=hugeline` (one 3 MiB SSE line), `FAULT=headers_then_hang`
+  (the headers, then nothing), `FAULT=stall` (one content chunk, then nothing), `FAULT=echo` (HTTP 500
+  echoing the request line and every header back: credentials included).
+* lying counts for every request: `usage_completion` replaces `usage.completion_tokens` (any JSON value);
+  `stop_after` stops the output after that many tokens although max_tokens (and ignore_eos) asked for more.
 * `reject_extras`: answer 400 to requests carrying ignore_eos/min_tokens (servers that forbid
   unknown fields); `seen` keeps every request's body and Authorization header for the tests.
 * `records`: what the server actually did per request (`Served`: received, each content write, end), on
@@ -40,6 +46,8 @@ class FakeConfig:
     tokens_per_chunk: int = 1
     reject_extras: bool = False
     api_key: str | None = None  # when set, other keys get 401
+    usage_completion: Any = None  # when not None: the usage.completion_tokens reported, whatever was sent
+    stop_after: int | None = None  # send at most this many tokens (a server that does not honour ignore_eos)
 
 
 @dataclass(slots=True)
@@ -102,11 +110,12 @@ async def _respond(server: FakeServer, writer: asyncio.StreamWriter, method: str
     cfg = server.config
     if method == "GET" and path == "/_records":
         return await _plain(writer, 200, [asdict(r) for r in server.records])
-    if method != "POST" or path not in ("/v1/chat/completions", "/v1/completions"):
-        return await _plain(writer, 404, {"error": f"no route {method} {path}"})
+    route = path.split("?", 1)[0]
+    if method != "POST" or route not in ("/v1/chat/completions", "/v1/completions"):
+        return await _plain(writer, 404, {"error": f"no route {method} {route}"})
     req = json.loads(body)
-    server.seen.append({"path": path, "body": req, "authorization": headers.get("authorization")})
-    chat = path.endswith("chat/completions")
+    server.seen.append({"path": route, "target": path, "body": req, "authorization": headers.get("authorization")})
+    chat = route.endswith("chat/completions")
     prompt = req["messages"][-1]["content"] if chat else req["prompt"]
     served = Served(prompt, path, received)
     server.records.append(served)
@@ -119,23 +128,44 @@ async def _respond(server: FakeServer, writer: asyncio.StreamWriter, method: str
         return await _refuse(writer, served, 500, "injected failure")
     if fault == "hang":
         await asyncio.sleep(3600)
+    if fault == "echo":
+        echoed = {"error": {"message": f"cannot serve {method} {path}", "headers": headers}}
+        return await _refuse(writer, served, 500, json.dumps(echoed))
+    if fault == "endless500":
+        writer.write(b"HTTP/1.1 500 Oops\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n")
+        block = b"%x\r\n%s\r\n" % (65536, b"E" * 65536)
+        for _ in range(8192):  # 512 MiB at most, whatever the client does
+            writer.write(block)
+            await writer.drain()
+        return False
     n = int(req.get("max_tokens", 16))
-    usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n, "total_tokens": len(prompt.split()) + n}
+    sent = n if cfg.stop_after is None else min(n, cfg.stop_after)
+    completion = sent if cfg.usage_completion is None else cfg.usage_completion
+    usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": completion,
+             "total_tokens": len(prompt.split()) + sent}
     # Deadlines on the loop's clock (what asyncio.sleep counts in), from the moment the body was read.
     arrived = asyncio.get_running_loop().time() - (time.perf_counter() - received)
     if not req.get("stream"):
-        await _until(arrived + cfg.ttft_s + (n - 1) * cfg.token_delay_s)
-        text = "tok " * n
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}} if chat else {"index": 0, "text": text}
-        keep = await _plain(writer, 200, {"id": "x", "choices": [choice], "usage": usage}, served, n)
+        await _until(arrived + cfg.ttft_s + (sent - 1) * cfg.token_delay_s)
+        text = "tok " * sent
+        message: Any = text if fault == "string_delta" else {"role": "assistant", "content": text}
+        choice = {"index": 0, "message": message} if chat else {"index": 0, "text": text}
+        keep = await _plain(writer, 200, {"id": "x", "choices": [choice], "usage": usage}, served, sent)
         served.end_s = time.perf_counter()
         return keep
     writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+    if fault == "headers_then_hang":
+        await writer.drain()
+        await asyncio.sleep(3600)
     if chat:  # a role-only first chunk: no content, so it must not start the clock
         _event(writer, {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+    if fault == "string_delta":  # a string where the delta object should be: no content, no crash
+        _event(writer, {"choices": [{"index": 0, "delta": "tok "}]})
+    if fault == "hugeline":
+        _chunk(writer, b"data: " + b"x" * (3 << 20) + b"\n\n")
     k = 0
-    while k < n:
-        take = min(cfg.tokens_per_chunk, n - k)
+    while k < sent:
+        take = min(cfg.tokens_per_chunk, sent - k)
         await _until(arrived + cfg.ttft_s + (k + take - 1) * cfg.token_delay_s)
         text = "tok " * take
         _event(writer, {"choices": [{"index": 0, "delta": {"content": text}} if chat else {"index": 0, "text": text}]},
@@ -145,6 +175,9 @@ async def _respond(server: FakeServer, writer: asyncio.StreamWriter, method: str
             await writer.drain()
             writer.transport.abort()
             return False
+        if fault == "stall":
+            await writer.drain()
+            await asyncio.sleep(3600)
         if fault == "malformed" and k == take:
             _chunk(writer, b"data: {not json\n\n")
     if (req.get("stream_options") or {}).get("include_usage"):
@@ -180,7 +213,7 @@ def _stamp(served: Served | None, tokens: int) -> None:
         served.tokens.append(tokens)
 
 
-async def _refuse(writer: asyncio.StreamWriter, served: Served, status: int, error: str) -> bool:
+async def _refuse(writer: asyncio.StreamWriter, served: Served, status: int, error: Any) -> bool:
     served.status = status
     keep = await _plain(writer, status, {"error": error})
     served.end_s = time.perf_counter()

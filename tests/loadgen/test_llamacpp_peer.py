@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from gpuscout.loadgen.client import run_load_sync
+from gpuscout.loadgen.metrics import summarize_load
 from gpuscout.loadgen.schedule import LoadShape
 from gpuscout.loadgen.workload import synthetic_workload
 from gpuscout.results.store import load_result
@@ -135,7 +136,10 @@ def test_client_against_llamacpp(llama_server: str) -> None:
         # llama-cpp-python (0.3.x) ignores stream_options.include_usage: no usage in the stream, and the
         # client must record that as unknown rather than invent a number
         assert r.output_tokens_server in (None, OUTPUT_TOKENS)
+        assert r.count_issue is None and r.pinned  # its counts pass the cross-checks; it accepted ignore_eos
     assert run.client_cpu_s >= 0 and run.wall_s > 0
+    case = summarize_load(run, slo=None, percentile_needed=50)  # P50: 8 requests are enough samples
+    assert "valid" in case.notes, case.notes  # an honest engine stays valid under the count checks
 
 
 def test_client_non_streaming_usage_against_llamacpp(llama_server: str) -> None:
@@ -152,6 +156,7 @@ def test_client_non_streaming_usage_against_llamacpp(llama_server: str) -> None:
             # server usage from the response body: the pinned output length, and the prompt as tokenized
             assert r.output_tokens_server == OUTPUT_TOKENS, (endpoint, r.output_tokens_server)
             assert r.prompt_tokens_server is not None and r.prompt_tokens_server > 0
+            assert r.count_issue is None
 
 
 def test_cli_against_llamacpp(llama_server: str, tmp_path: Path) -> None:

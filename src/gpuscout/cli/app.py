@@ -257,7 +257,9 @@ def load(
     tokenizer: Annotated[str | None, typer.Option(help="Local tokenizer path: exact prompts and token counts.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of prompts and arrivals.")] = 0,
     api_key_env: Annotated[str, typer.Option(help="Environment variable holding the API key.")] = "OPENAI_API_KEY",
-    timeout: Annotated[float, typer.Option(help="Per-request timeout, s.")] = 600.0,
+    timeout: Annotated[float | None, typer.Option(
+        help="Per-request timeout, s; also ends a read that stalls this long (default 30 s + 0.5 s per output "
+             "token).")] = None,
     sweep: Annotated[str | None, typer.Option(help="Levels to sweep, e.g. 1,2,4,8.")] = None,
     search: Annotated[bool, typer.Option("--search", help="Find the most load meeting the P95 targets.")] = False,
     ttft_p95: Annotated[float | None, typer.Option(help="SLO: P95 TTFT, s.")] = None,
@@ -274,7 +276,9 @@ def load(
     """Load-test an OpenAI-compatible endpoint fairly: TTFT, TPOT, throughput, goodput, validity, cost.
 
     The result is written atomically with -o FILE, and the workload beside it as FILE.workload.json
-    (its sha256 recorded), so the run can be repeated exactly.
+    (its sha256 recorded), so the run can be repeated exactly. The result is rewritten after every
+    level: Ctrl-C, SIGTERM or SIGHUP keep what finished (complete=false, the tables go to stderr, exit
+    128 + the signal), and SIGKILL loses at most the level in flight.
     """
     from gpuscout import api
     from gpuscout.loadgen.plan import make_plan, parse_levels
@@ -294,10 +298,19 @@ def load(
                      search=search, slo=slo, percentile=percentile)
     report = api.load(plan, output=output, offers=offers, offer=offer, usd_per_hour=usd_per_hour,
                       progress=load_progress if sys.stderr.isatty() else None)
-    load_warnings(report.result, Console(stderr=True))
-    _emit(lambda: load_payload(report.result, report.costs, report.search),
-          lambda: load_screen(report.result, output=report.output, costs=report.costs, search=report.search,
-                              wide=wide), as_json)
+    err = Console(stderr=True)
+    load_warnings(report.result, err)
+
+    def screen() -> Any:
+        return load_screen(report.result, output=report.output, costs=report.costs, search=report.search, wide=wide)
+
+    if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
+        if report.result.cases:
+            err.print(screen())
+        else:
+            err.print("interrupted before any request finished: nothing was written", highlight=False)
+        raise typer.Exit(128 + report.stopped_by)
+    _emit(lambda: load_payload(report.result, report.costs, report.search), screen, as_json)
 
 
 @app.command()

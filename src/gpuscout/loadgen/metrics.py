@@ -10,7 +10,10 @@ Formulas (printed in reports; docs/measurement.md §3.6 for how other tools name
 * output_tokens_per_s = Σ output tokens / run duration; requests_per_s = successes / duration;
   goodput_rps = successes meeting every SLO bound / duration (DistServe; vLLM, docs/measurement.md §3.1). The bound is
   applied per request to latency from the intended send time.
-Output tokens come from the server's usage when present, else the tokenizer, else the chunk count.
+Output tokens come from the server's usage when present (and possible, `counts`), else the tokenizer,
+else the chunk count. Requests cancelled at a level's `--duration` deadline are counted
+(`cancelled_at_deadline`) but are neither successes nor errors: they never finished, so they enter no
+latency and no error rate.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from collections import Counter
 from collections.abc import Sequence
 from statistics import fmean
 
-from gpuscout.loadgen.client import LoadRun, RequestRecord
+from gpuscout.loadgen.client import CANCELLED_AT_DEADLINE, LoadRun, RequestRecord
+from gpuscout.loadgen.counts import short_output
 from gpuscout.results.schema import Case, Metric
 from gpuscout.stats import percentile, summarize
 from gpuscout.workload.job import Slo
@@ -44,10 +48,16 @@ def successful(run: LoadRun) -> list[RequestRecord]:
     return [r for r in run.records if not r.warmup and r.error is None and r.chunk_s]
 
 
+def cancelled(r: RequestRecord) -> bool:
+    """Still running when the level's duration ended: neither a success nor an error."""
+    return r.error is not None and r.error.startswith(CANCELLED_AT_DEADLINE)
+
+
 def summarize_load(run: LoadRun, *, slo: Slo | None, percentile_needed: float = 95, max_lag_s: float = MAX_LAG_S,
                    max_error_rate: float = MAX_ERROR_RATE) -> Case:
     ok = successful(run)
     measured = [r for r in run.records if not r.warmup]
+    counted = [r for r in measured if not cancelled(r)]
     duration = run.wall_s if run.wall_s > 0 else math.nan
     n_out = [output_tokens(r) for r in ok]
     metrics = [
@@ -67,16 +77,19 @@ def summarize_load(run: LoadRun, *, slo: Slo | None, percentile_needed: float = 
         _single("output_tokens_per_s", "tokens/s", sum(n_out) / duration, "Σ output tokens / run duration", True),
         _single("requests_per_s", "requests/s", len(ok) / duration, "successful requests / run duration", True),
         *_goodput(ok, n_out, slo, duration),
-        _single("error_rate", "fraction", (len(measured) - len(ok)) / len(measured) if measured else 0.0,
-                "failed requests / measured requests"),
+        _single("error_rate", "fraction", (len(counted) - len(ok)) / len(counted) if counted else 0.0,
+                "failed requests / measured requests (cancelled at the deadline excluded)"),
         _single("client_cpu_s", "s", run.client_cpu_s, "process CPU seconds over the measured phase"),
         _single("client_cpu_fraction", "fraction", run.client_cpu_s / duration if run.wall_s > 0 else 0.0,
                 "client CPU seconds / run duration (1.0 = one core busy)"),
         *_token_metrics(ok),
-        *_error_metrics(measured, ok),
+        *_error_metrics(counted, ok),
+        _single(CANCELLED_AT_DEADLINE, "requests", len(measured) - len(counted),
+                "measured requests still running when the duration ended (not in any statistic)")
+        if len(counted) < len(measured) else None,
     ]
     case = Case(name=case_name(run), params=case_params(run), metrics=tuple(m for m in metrics if m is not None),
-                wall_s=run.wall_s, notes=run.notes)
+                wall_s=run.wall_s, notes=run.notes + _usage_notes(ok))
     valid, reasons = validity(run, case, max_lag_s=max_lag_s, max_error_rate=max_error_rate,
                               percentile=percentile_needed)
     verdict = ("valid",) if valid else tuple(f"invalid: {r}" for r in reasons)
@@ -97,10 +110,49 @@ def validity(run: LoadRun, case: Case, *, max_lag_s: float = MAX_LAG_S, max_erro
     if error_rate > max_error_rate:
         reasons.append(f"error rate {error_rate:.1%} > {max_error_rate:.1%}")
     needed = samples_needed(percentile)
-    ok = len(successful(run))
-    if ok < needed:
-        reasons.append(f"{ok} successful request(s); P{percentile:g} needs at least {needed}")
+    ok = successful(run)
+    if len(ok) < needed:
+        reasons.append(f"{len(ok)} successful request(s); P{percentile:g} needs at least {needed}")
+    reasons += count_problems(ok, max_error_rate)
+    throughput = values["output_tokens_per_s"].value
+    if ok and not (math.isfinite(throughput) and throughput > 0):
+        reasons.append(f"output throughput {throughput:g} tokens/s is not a positive number")
     return not reasons, reasons
+
+
+def count_problems(ok: list[RequestRecord], max_error_rate: float = MAX_ERROR_RATE) -> list[str]:
+    """The server's token counts against its stream (`counts`): any impossible count, or outputs not pinned."""
+    reasons = []
+    impossible = [r for r in ok if r.count_issue]
+    if impossible:
+        reasons.append(f"the server's token counts are impossible on {len(impossible)} of {len(ok)} request(s) "
+                       f"({impossible[0].count_issue}): its throughput cannot be trusted")
+    short = [r for r in ok if short_output(_pinned_count(r), r.max_tokens, r.pinned)]
+    if len(short) > max_error_rate * len(ok):
+        r = short[0]
+        reasons.append(f"{len(short)} of {len(ok)} request(s) returned far fewer tokens than pinned (e.g. "
+                       f"{_pinned_count(r)} of {r.max_tokens}) although the server accepted ignore_eos/min_tokens: "
+                       "output lengths are not pinned, so throughput is not comparable")
+    return reasons
+
+
+def _pinned_count(r: RequestRecord) -> int | None:
+    """Tokens to hold against max_tokens: the server's count, else the tokenizer's (chunks may hold several)."""
+    return r.output_tokens_server if r.output_tokens_server is not None else r.output_tokens_client
+
+
+def _usage_notes(ok: list[RequestRecord]) -> tuple[str, ...]:
+    ignored = [r.usage_ignored for r in ok if r.usage_ignored]
+    if not ignored:
+        return ()
+    return (f"the server's usage was ignored on {len(ignored)} request(s) ({ignored[0]}); output tokens counted "
+            "from the tokenizer or the content chunks",)
+
+
+def mark_interrupted(case: Case, why: str) -> Case:
+    """A level cut short by an interrupt: its finished requests are kept, and it is not a valid measurement."""
+    notes = tuple(n for n in case.notes if n != "valid")
+    return case.model_copy(update={"notes": (*notes, f"invalid: {why} before the level ended")})
 
 
 def samples_needed(percentile: float) -> int:
@@ -164,9 +216,9 @@ def _token_metrics(ok: list[RequestRecord]) -> list[Metric | None]:
     ]
 
 
-def _error_metrics(measured: list[RequestRecord], ok: list[RequestRecord]) -> list[Metric | None]:
+def _error_metrics(counted: list[RequestRecord], ok: list[RequestRecord]) -> list[Metric | None]:
     good = {id(r) for r in ok}
-    kinds = Counter((r.error or "empty: no content").split(":", 1)[0] for r in measured if id(r) not in good)
+    kinds = Counter((r.error or "empty: no content").split(":", 1)[0] for r in counted if id(r) not in good)
     return [_single(f"errors_{kind}", "requests", count, "measured requests that failed this way")
             for kind, count in sorted(kinds.items())]
 

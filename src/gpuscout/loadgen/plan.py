@@ -13,8 +13,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gpuscout.errors import SpecError
-from gpuscout.loadgen.client import Endpoint, endpoint_url
-from gpuscout.loadgen.schedule import LoadShape
+from gpuscout.loadgen.client import MAX_TIMEOUT_S, Endpoint, default_timeout_s, endpoint_url
+from gpuscout.loadgen.schedule import MAX_CONCURRENCY, MAX_REQUESTS_PER_LEVEL, LoadShape, check_schedule_size
 from gpuscout.workload.job import Slo
 
 Arrival = Literal["constant", "poisson", "gamma"]
@@ -31,13 +31,13 @@ class LoadPlan(BaseModel):
     model: str = Field(min_length=1)
     endpoint: Endpoint = "chat"
     stream: bool = True
-    concurrency: int | None = Field(None, gt=0)  # closed loop: requests in flight
+    concurrency: int | None = Field(None, gt=0, le=MAX_CONCURRENCY)  # closed loop: requests in flight
     rate: float | None = Field(None, gt=0)  # open loop: requests per second
     arrival: Arrival = "poisson"
     burstiness: float = Field(1.0, gt=0)  # gamma shape k: 1 = Poisson, < 1 burstier
-    requests: int | None = Field(None, gt=0)  # measured requests per level
-    duration_s: float | None = Field(None, gt=0)  # or run each level this long
-    warmup: int = Field(0, ge=0)
+    requests: int | None = Field(None, gt=0, le=MAX_REQUESTS_PER_LEVEL)  # measured requests per level
+    duration_s: float | None = Field(None, gt=0)  # or run each level this long (in-flight requests cancelled)
+    warmup: int = Field(0, ge=0, le=MAX_REQUESTS_PER_LEVEL)
     prompt_tokens: int = Field(128, gt=0)
     prompt_dist: PromptDistribution = "fixed"
     prompt_spread: int = Field(0, ge=0)
@@ -46,7 +46,7 @@ class LoadPlan(BaseModel):
     tokenizer: str | None = None  # local tokenizer: exact prompts and token counts
     seed: int = 0
     api_key_env: str | None = "OPENAI_API_KEY"
-    timeout_s: float = Field(600.0, gt=0)
+    timeout_s: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)  # None: default_timeout_s(output_tokens)
     sweep: tuple[float, ...] = ()  # levels to sweep
     search: bool = False  # find the most load meeting the SLO's P95 targets
     slo: Slo | None = None
@@ -62,6 +62,11 @@ class LoadPlan(BaseModel):
                              "add at least one of ttft_p95, tpot_p95, e2e_p95 (seconds)")
         if any(level <= 0 for level in self.sweep):
             raise ValueError("sweep levels must be positive")
+        if self.closed_loop and any(not 1 <= level <= MAX_CONCURRENCY for level in self.sweep):
+            raise ValueError(f"a concurrency sweep's levels must be from 1 to {MAX_CONCURRENCY} requests in flight")
+        if not self.closed_loop and self.requests is None and self.duration_s is not None:
+            for level in (*self.sweep, *((self.rate,) if self.rate is not None else ())):
+                check_schedule_size(level, self.duration_s)  # before anything is built or sent
         endpoint_url(self.url, self.endpoint)  # a malformed URL is refused before any work
         return self
 
@@ -73,6 +78,11 @@ class LoadPlan(BaseModel):
     def level(self) -> float | None:
         """The single level asked for (concurrency or rate), if any."""
         return self.concurrency if self.closed_loop else self.rate
+
+    @property
+    def request_timeout_s(self) -> float:
+        """The per-request timeout: as given, or 30 s + 0.5 s per output token (docs/measurement.md §2.5)."""
+        return self.timeout_s if self.timeout_s is not None else default_timeout_s(self.output_tokens)
 
     @property
     def prompts_needed(self) -> int:

@@ -15,6 +15,9 @@ Each measurement is repeated and summarized with `stats.summarize` (P50/P95, CI,
 
 A minimal HTTP/1.1 client on asyncio streams is used instead of an HTTP library so that each
 number is what it says: which connection a request rides on, and when it is dropped, is explicit.
+A reply it cannot read (no status line, a header past `MAX_HEADER_BYTES`, a bad length or chunk size)
+is a `MalformedReply`: an error of that one measurement, never a traceback. URLs are shown and stored
+without credentials (`redact`), and error texts are scrubbed of them.
 """
 
 from __future__ import annotations
@@ -27,13 +30,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.loadgen.redact import redact_url, scrub, url_secrets
 from gpuscout.stats import Summary, summarize
 
 DEFAULT_UPLOAD_BYTES = 4 * 1024 * 1024  # large enough that the transfer outweighs the round trip on a LAN
 _READ_BLOCK = 64 * 1024
+MAX_HEADER_BYTES = 64 * 1024  # status line and headers of one reply (nginx's default buffers are 8–32 KiB)
+MAX_INFORMATIONAL = 8  # 1xx replies skipped before the real one
 
 
 class _Frozen(BaseModel):
@@ -41,11 +47,12 @@ class _Frozen(BaseModel):
 
 
 class Target(_Frozen):
-    url: str
+    url: str  # as shown and stored: no user-info, secret query values as ***
     scheme: str
     host: str
     port: int
     path: str  # path and query, as sent on the request line
+    secrets: tuple[str, ...] = Field(default=(), exclude=True, repr=False)  # scrubbed from error texts
 
 
 class ProbeMeasure(_Frozen):
@@ -68,17 +75,21 @@ class ProbeResult(_Frozen):
 def parse_target(url: str) -> Target:
     """An http(s) URL split into what the probe connects to; anything else is a SpecError."""
     fix = "Pass a full URL such as http://10.0.0.5:8000/v1/models or https://api.example.com/health."
+    shown = redact_url(url.strip())
     try:
         parts = urlsplit(url.strip())
         port = parts.port
     except ValueError as exc:
-        raise SpecError(f"{url!r} is not a valid URL.", str(exc), fix) from None
+        raise SpecError(f"{shown!r} is not a valid URL.", scrub(str(exc), url_secrets(url)), fix) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SpecError(f"{url!r} is not an http or https URL.",
+        raise SpecError(f"{shown!r} is not an http or https URL.",
                         "The probe needs a scheme (http:// or https://) and a host to connect to.", fix)
+    if any(c in parts.hostname for c in "\r\n\t ") or any(c in url for c in "\r\n"):
+        raise SpecError(f"{shown!r} has a control character or a space in it.",
+                        "It would end up in the request line and headers.", fix)
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return Target(url=url.strip(), scheme=parts.scheme, host=parts.hostname,
-                  port=port or (443 if parts.scheme == "https" else 80), path=path)
+    return Target(url=shown, scheme=parts.scheme, host=parts.hostname,
+                  port=port or (443 if parts.scheme == "https" else 80), path=path, secrets=url_secrets(url))
 
 
 @dataclass
@@ -134,9 +145,20 @@ class _Client:
 
 async def open_connection(target: Target, timeout_s: float, *, tls: bool = True) -> _Connection:
     context = ssl.create_default_context() if tls and target.scheme == "https" else None
-    reader, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port, ssl=context,
-                                                                    limit=_READ_BLOCK * 4), timeout_s)
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(target.host, target.port, ssl=context,
+                                                                        limit=_READ_BLOCK * 4), timeout_s)
+    except UnicodeError as exc:  # a host name IDNA cannot encode (an empty or 64+ character label)
+        raise ProbeFailure(f"cannot resolve {target.host!r}: {exc}") from None
     return _Connection(reader, writer)
+
+
+class ProbeFailure(Exception):
+    """An HTTP answer that is not a success where one is needed (download, upload), or no usable answer."""
+
+
+class MalformedReply(ProbeFailure):
+    """A reply that is not HTTP/1.1 as the probe can read it; that measurement fails, the probe goes on."""
 
 
 async def exchange(conn: _Connection, target: Target, method: str, body: bytes = b"") -> tuple[int, int]:
@@ -148,14 +170,12 @@ async def exchange(conn: _Connection, target: Target, method: str, body: bytes =
                                   if body or method == "POST" else "") + "\r\n")
     conn.writer.write(head.encode("ascii") + body)
     await conn.writer.drain()
-    status_line = await conn.reader.readline()
-    if not status_line:
-        raise ConnectionError("the server closed the connection before answering")
-    try:
-        status = int(status_line.split()[1])
-    except (IndexError, ValueError):
-        raise ConnectionError(f"not an HTTP response: {status_line[:60]!r}") from None
-    headers = await _read_headers(conn.reader)
+    for _ in range(MAX_INFORMATIONAL + 1):
+        status, headers = await _read_head(conn.reader)
+        if not 100 <= status < 200 or status == 101:
+            break  # 1xx (100 Continue, 103 Early Hints) come before the real reply: skip them
+    else:
+        raise MalformedReply(f"more than {MAX_INFORMATIONAL} informational (1xx) replies")
     if headers.get("connection", "").lower() == "close":
         conn.reusable = False
     if method == "HEAD" or status in (204, 304) or status < 200:
@@ -163,19 +183,47 @@ async def exchange(conn: _Connection, target: Target, method: str, body: bytes =
     if "chunked" in headers.get("transfer-encoding", "").lower():
         return status, await _read_chunked(conn.reader)
     if "content-length" in headers:
-        return status, await _read_exactly(conn.reader, int(headers["content-length"]))
+        return status, await _read_exactly(conn.reader, _length(headers["content-length"]))
     conn.reusable = False  # the body ends when the server closes the connection
     return status, await _read_to_eof(conn.reader)
 
 
-async def _read_headers(reader: asyncio.StreamReader) -> dict[str, str]:
+async def _read_head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    """Status and headers of one reply; a MalformedReply when it is not HTTP or too large."""
+    status_line = await _line(reader, MAX_HEADER_BYTES)
+    if not status_line:
+        raise ConnectionError("the server closed the connection before answering")
+    parts = status_line.split()
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not (parts[1].isdigit() and len(parts[1]) == 3):
+        raise MalformedReply(f"not an HTTP status line: {status_line[:60]!r}")
+    return int(parts[1]), await _read_headers(reader, MAX_HEADER_BYTES - len(status_line))
+
+
+async def _line(reader: asyncio.StreamReader, budget: int) -> bytes:
+    try:
+        line = await reader.readline()
+    except ValueError:  # asyncio's LimitOverrunError: one line past the stream's buffer limit
+        raise MalformedReply(f"a header line of more than {MAX_HEADER_BYTES} bytes") from None
+    if len(line) > budget:
+        raise MalformedReply(f"reply headers of more than {MAX_HEADER_BYTES} bytes")
+    return line
+
+
+async def _read_headers(reader: asyncio.StreamReader, budget: int = MAX_HEADER_BYTES) -> dict[str, str]:
     headers: dict[str, str] = {}
-    while (line := await reader.readline()) not in (b"\r\n", b"\n"):
+    while (line := await _line(reader, budget)) not in (b"\r\n", b"\n"):
         if not line:
             raise ConnectionError("the connection closed inside the response headers")
+        budget -= len(line)
         name, _, value = line.decode("latin-1").partition(":")
         headers[name.strip().lower()] = value.strip()
     return headers
+
+
+def _length(text: str) -> int:
+    if not (text.strip().isdigit() and len(text.strip()) <= 18):
+        raise MalformedReply(f"Content-Length {text[:30]!r} is not a byte count")
+    return int(text)
 
 
 async def _read_exactly(reader: asyncio.StreamReader, size: int) -> int:
@@ -187,11 +235,26 @@ async def _read_exactly(reader: asyncio.StreamReader, size: int) -> int:
 
 async def _read_chunked(reader: asyncio.StreamReader) -> int:
     total = 0
-    while size := int((await reader.readline()).split(b";")[0].strip() or b"0", 16):
+    while size := _chunk_size(await _line(reader, MAX_HEADER_BYTES)):
         total += await _read_exactly(reader, size)
-        await reader.readexactly(2)  # CRLF after each chunk
+        if await reader.readexactly(2) != b"\r\n":
+            raise MalformedReply("a chunk is not followed by CRLF")
     await _read_headers(reader)  # trailers, ending with a blank line
     return total
+
+
+def _chunk_size(line: bytes) -> int:
+    text = line.split(b";")[0].strip()
+    if not text:
+        if not line:
+            raise asyncio.IncompleteReadError(b"", None)  # the connection closed mid-body
+        raise MalformedReply("an empty chunk-size line")
+    try:
+        if len(text) > 15:
+            raise ValueError
+        return int(text, 16)
+    except ValueError:
+        raise MalformedReply(f"chunk size {text[:20]!r} is not hexadecimal") from None
 
 
 async def _read_to_eof(reader: asyncio.StreamReader) -> int:
@@ -208,9 +271,10 @@ async def probe(url: str, *, repeats: int = 10, download_url: str | None = None,
         raise SpecError(f"--repeats {repeats}.", "Each measurement needs at least one sample.", "Pass --repeats ≥ 1.")
     target = parse_target(url)
     download, upload = (parse_target(u) if u else None for u in (download_url, upload_url))
+    secrets = tuple(s for t in (target, download, upload) if t is not None for s in t.secrets)
     tcp = await _repeat("tcp_connect_s", "s", repeats, lambda: _tcp_connect(target, timeout_s))
     if not tcp.samples:
-        raise GpuscoutError(f"Cannot connect to {target.host}:{target.port}.", tcp.errors[0],
+        raise GpuscoutError(f"Cannot connect to {target.host}:{target.port}.", scrub(tcp.errors[0], secrets),
                             "Check the URL, that the server is running, and that no firewall blocks the port.")
     measures = [tcp, await _repeat("http_fresh_s", "s", repeats, lambda: _fresh_get(target, timeout_s))]
     client = _Client(timeout_s)
@@ -228,7 +292,8 @@ async def probe(url: str, *, repeats: int = 10, download_url: str | None = None,
                                       note="socket aborted under a warm kept-alive connection → next success"))
     finally:
         client.close()
-    return ProbeResult(url=target.url, host=target.host, port=target.port, repeats=repeats, measures=tuple(measures))
+    clean = tuple(m.model_copy(update={"errors": tuple(scrub(e, secrets) for e in m.errors)}) for m in measures)
+    return ProbeResult(url=target.url, host=target.host, port=target.port, repeats=repeats, measures=clean)
 
 
 async def _repeat(name: str, unit: str, repeats: int, once: Callable[[], Awaitable[float]],
@@ -239,13 +304,13 @@ async def _repeat(name: str, unit: str, repeats: int, once: Callable[[], Awaitab
         try:
             samples.append(await once())
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ProbeFailure) as exc:
-            errors.append(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+            errors.append(_describe(exc))
     return ProbeMeasure(name=name, unit=unit, samples=tuple(samples), summary=summarize(samples) if samples else None,
                         errors=tuple(errors), note=note)
 
 
-class ProbeFailure(Exception):
-    """An HTTP answer that is not a success where one is needed (download, upload)."""
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300] if str(exc) else type(exc).__name__
 
 
 async def _tcp_connect(target: Target, timeout_s: float) -> float:
@@ -274,8 +339,8 @@ async def _keepalive(client: _Client, target: Target, repeats: int) -> ProbeMeas
 
     try:
         await client.request(target)  # warm: open the connection that the samples then reuse
-    except (OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
-        return ProbeMeasure(name="http_keepalive_s", unit="s", samples=(), summary=None, errors=(repr(exc),))
+    except (OSError, TimeoutError, asyncio.IncompleteReadError, ProbeFailure) as exc:
+        return ProbeMeasure(name="http_keepalive_s", unit="s", samples=(), summary=None, errors=(_describe(exc),))
     before = client.reconnects
     measure = await _repeat("http_keepalive_s", "s", repeats, once)
     if client.reconnects > before:

@@ -28,7 +28,7 @@ ProgressFactory = Callable[[LoadShape], Progress | None]
 
 
 def measure_case(url: str, model: str, workload: Workload, shape: LoadShape, *, endpoint: Endpoint, stream: bool,
-                 api_key_env: str | None, timeout_s: float, slo: Slo | None, percentile: float,
+                 api_key_env: str | None, timeout_s: float | None, slo: Slo | None, percentile: float,
                  progress: Progress | None = None, extra_body: dict[str, Any] | None = None) -> tuple[LoadRun, Case]:
     run = run_load_sync(url, model, workload, shape, endpoint=endpoint, stream=stream, api_key_env=api_key_env,
                         timeout_s=timeout_s, progress=progress, extra_body=extra_body)
@@ -37,7 +37,8 @@ def measure_case(url: str, model: str, workload: Workload, shape: LoadShape, *, 
 
 def build_result(*, url: str, model: str, workload: Workload, workload_hash: str | None, cases: list[Case],
                  shapes: list[LoadShape], endpoint: Endpoint, stream: bool, notes: tuple[str, ...] = (),
-                 name: str | None = None) -> BenchResult:
+                 name: str | None = None, complete: bool = True) -> BenchResult:
+    """The result of a load test; `url` must already be redacted (`client.endpoint_url`)."""
     first = shapes[0]
     out_tokens = sorted({p.output_tokens for p in workload.prompts})
     settings: dict[str, str | int | float | bool | None] = {
@@ -53,7 +54,8 @@ def build_result(*, url: str, model: str, workload: Workload, workload_hash: str
                            settings=settings)
     job: dict[str, Any] = {"url": url, "model": model, "endpoint": endpoint, "stream": stream}
     return BenchResult(kind="load", created_at=datetime.now(UTC), name=name or f"load {model} @ {url}", job=job,
-                       fixed=fixed, fingerprint=client_fingerprint(), cases=tuple(cases), notes=notes)
+                       fixed=fixed, fingerprint=client_fingerprint(), cases=tuple(cases), notes=notes,
+                       complete=complete)
 
 
 def file_sha256(path: Path) -> str:

@@ -6,6 +6,10 @@ script slept one relative gap after each send, so lag added up: docs/measurement
 Inter-arrival gaps follow vLLM's model: Gamma(shape=k, scale=1/(λ·k)) has mean 1/λ and coefficient of
 variation 1/√k; k = 1 is Poisson, k < 1 burstier, k → ∞ constant. Seeded, so schedules are reproducible.
 Closed loop (fixed concurrency) has no schedule: each worker sends when its previous request ends.
+
+A level sends at most `MAX_REQUESTS_PER_LEVEL` measured requests with at most `MAX_CONCURRENCY` in
+flight (docs/measurement.md §2.1): every request's record is kept in memory until the level ends, and
+an open-loop schedule is built up front, so `--rate 1e9 --duration 1000s` is refused, not attempted.
 """
 
 from __future__ import annotations
@@ -17,18 +21,20 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ShapeKind = Literal["concurrency", "constant", "poisson", "gamma"]
+MAX_REQUESTS_PER_LEVEL = 100_000  # records stay in memory (~16 KB each at 128 output tokens); 3 min at 600 rps
+MAX_CONCURRENCY = 4096  # one connection (and client) each; this client sustains 64 on 2 cores
 
 
 class LoadShape(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: ShapeKind
-    concurrency: int | None = Field(None, gt=0)  # closed loop: this many in flight
+    concurrency: int | None = Field(None, gt=0, le=MAX_CONCURRENCY)  # closed loop: this many in flight
     rate_rps: float | None = Field(None, gt=0)  # open loop rates
     burstiness: float = Field(1.0, gt=0)  # gamma shape k (1.0 = Poisson; < 1 burstier)
-    requests: int | None = Field(None, gt=0)
+    requests: int | None = Field(None, gt=0, le=MAX_REQUESTS_PER_LEVEL)
     duration_s: float | None = Field(None, gt=0)
-    warmup_requests: int = Field(0, ge=0)
+    warmup_requests: int = Field(0, ge=0, le=MAX_REQUESTS_PER_LEVEL)
     seed: int = 0
 
     @model_validator(mode="after")
@@ -39,7 +45,17 @@ class LoadShape(BaseModel):
             raise ValueError(f"a {self.kind} shape needs rate_rps")
         if self.requests is None and self.duration_s is None:
             raise ValueError("a shape needs a request count or a duration")
+        if self.requests is None and self.rate_rps is not None and self.duration_s is not None:
+            check_schedule_size(self.rate_rps, self.duration_s)
         return self
+
+
+def check_schedule_size(rate_rps: float, duration_s: float) -> None:
+    """Refuse an open-loop level that would schedule more than MAX_REQUESTS_PER_LEVEL requests."""
+    if not rate_rps * duration_s <= MAX_REQUESTS_PER_LEVEL:
+        raise ValueError(f"rate {rate_rps:g}/s × duration {duration_s:g} s schedules {rate_rps * duration_s:.3g} "
+                         f"requests in one level; gpuscout sends at most {MAX_REQUESTS_PER_LEVEL:,} per level: lower "
+                         "the rate or the duration, or pass a request count")
 
 
 def planned_requests(shape: LoadShape) -> int:
@@ -48,8 +64,8 @@ def planned_requests(shape: LoadShape) -> int:
         return shape.requests
     assert shape.duration_s is not None  # guaranteed by the validator
     if shape.rate_rps is not None:
-        return max(1, math.ceil(shape.rate_rps * shape.duration_s))
-    return 10**9  # closed loop bounded by time only
+        return max(1, min(MAX_REQUESTS_PER_LEVEL, math.ceil(shape.rate_rps * shape.duration_s)))
+    return MAX_REQUESTS_PER_LEVEL  # closed loop bounded by time: the level also ends at this many
 
 
 def send_offsets(shape: LoadShape, n: int) -> list[float] | None:

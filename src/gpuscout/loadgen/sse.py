@@ -5,17 +5,26 @@ split on newlines without decoding, and each `data:` payload is parsed with `jso
 no model validation per chunk. Only choices with non-empty text count as content (vLLM counts any
 non-empty `choices`, LLMPerf only non-empty content; gpuscout follows LLMPerf so role-only and
 usage-only chunks never start or extend the clock).
+
+Hostile input never raises anything but `MalformedSseError` / `OversizeLineError` (docs/measurement.md
+§2.5): any JSON shape is read (a `delta` or `message` that is not an object, or content that is not
+a string, carries no content: an OpenAI client reading `delta.content` would find none either);
+lines are assembled in linear time and capped at `MAX_LINE_BYTES`; `usage` numbers are checked by
+`read_usage` once per request, not per chunk.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, NamedTuple
+
+MAX_LINE_BYTES = 1 << 20  # one SSE line; a real chunk is a few hundred bytes (a few KiB with logprobs)
 
 
 class SseEvent(NamedTuple):
     text: str | None  # content of this chunk; None/"" when it carries none
-    usage: dict[str, Any] | None
+    usage: object | None  # the raw `usage` value when present (read_usage checks it)
     done: bool  # the `[DONE]` sentinel
     error: str | None  # an error object sent inside the stream
 
@@ -28,10 +37,51 @@ class MalformedSseError(ValueError):
     """A `data:` line whose payload is not a JSON object."""
 
 
-def split_lines(pending: bytes, data: bytes) -> tuple[list[bytes], bytes]:
-    """Complete lines in pending + data, and the unfinished remainder to keep for the next read."""
-    lines = (pending + data).split(b"\n") if pending else data.split(b"\n")
-    return lines, lines.pop()
+class OversizeLineError(ValueError):
+    """A line longer than the cap: the server is not sending SSE chunks (or is hostile)."""
+
+
+class LineSplitter:
+    """Complete lines of a byte stream, fed read by read: linear time, at most `cap` bytes buffered.
+
+    A line that spans reads is appended to one buffer and only the new bytes are searched for the
+    newline, so a long line costs its length once (re-joining `pending + data` on every read, as
+    before, cost its length squared over the read size). The common case, reads holding whole
+    lines, is one `bytes.split`.
+    """
+
+    __slots__ = ("_partial", "cap")
+
+    def __init__(self, cap: int = MAX_LINE_BYTES) -> None:
+        self._partial = bytearray()
+        self.cap = cap
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The lines `data` completes (without their b"\\n"); raises OversizeLineError past the cap."""
+        if self._partial:
+            cut = data.find(b"\n")
+            if cut < 0:
+                if len(self._partial) + len(data) > self.cap:
+                    raise OversizeLineError(f"an SSE line passed {self.cap} bytes")
+                self._partial += data
+                return []
+            self._partial += data[:cut]
+            first = bytes(self._partial)
+            self._partial.clear()
+            if len(first) > self.cap:
+                raise OversizeLineError(f"an SSE line passed {self.cap} bytes")
+            lines = data[cut + 1:].split(b"\n")
+            lines[0:0] = [first]
+        else:
+            lines = data.split(b"\n")
+        rest = lines.pop()
+        if len(data) > self.cap and any(len(line) > self.cap for line in lines):
+            raise OversizeLineError(f"an SSE line passed {self.cap} bytes")
+        if rest:
+            if len(rest) > self.cap:
+                raise OversizeLineError(f"an SSE line passed {self.cap} bytes")
+            self._partial += rest
+        return lines
 
 
 def parse_line(line: bytes, *, chat: bool) -> SseEvent:
@@ -43,26 +93,92 @@ def parse_line(line: bytes, *, chat: bool) -> SseEvent:
         return DONE
     try:
         obj = json.loads(payload)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: [[[[… nested past the interpreter's limit
         raise MalformedSseError(payload[:80].decode("utf-8", "replace")) from None
     if not isinstance(obj, dict):
         raise MalformedSseError(payload[:80].decode("utf-8", "replace"))
     return parse_object(obj, chat=chat, delta=True)
 
 
-def parse_object(obj: dict[str, Any], *, chat: bool, delta: bool) -> SseEvent:
-    """Text, usage and error of one response object (a stream chunk, or a whole non-streamed reply)."""
+def parse_object(obj: object, *, chat: bool, delta: bool) -> SseEvent:
+    """Text, usage and error of one response object (a stream chunk, or a whole non-streamed reply).
+
+    Any JSON value is accepted: what is not OpenAI's shape carries no content, and nothing raises.
+    """
+    if not isinstance(obj, dict):
+        return EMPTY
     text = None
     choices = obj.get("choices")
-    if choices and isinstance(choices, list) and isinstance(choices[0], dict):
+    if choices and isinstance(choices, list):
         first = choices[0]
-        if chat:
-            part = first.get("delta" if delta else "message") or {}
-            # Reasoning models stream their thinking first; it is generated output, so it counts.
-            text = part.get("content") or part.get("reasoning_content") or part.get("reasoning")
-        else:
-            text = first.get("text")
+        if isinstance(first, dict):
+            if chat:
+                part = first.get("delta" if delta else "message")
+                if isinstance(part, dict):
+                    # Reasoning models stream their thinking first; it is generated output, so it counts.
+                    text = part.get("content")
+                    if not (text and isinstance(text, str)):
+                        text = part.get("reasoning_content")
+                        if not (text and isinstance(text, str)):
+                            text = part.get("reasoning")
+            else:
+                text = first.get("text")
     error = obj.get("error")
-    usage = obj.get("usage")
-    return SseEvent(text if isinstance(text, str) else None, usage if isinstance(usage, dict) else None, False,
-                    str(error)[:200] if error else None)
+    return SseEvent(text if isinstance(text, str) else None, obj.get("usage"), False,
+                    _error_text(error) if error else None)
+
+
+def _error_text(error: Any) -> str:
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return str(error["message"])[:200]
+    if isinstance(error, str):
+        return error[:200]
+    try:
+        return str(error)[:200]
+    except RecursionError:  # an object nested nearly as deep as json.loads allows
+        return "an error object"
+
+
+class Usage(NamedTuple):
+    """The token counts of a `usage` object that can be true, and why any was ignored."""
+
+    completion: int | None
+    prompt: int | None
+    reasoning: int | None  # completion_tokens_details.reasoning_tokens: hidden thinking, when reported
+    ignored: str | None  # a count that is not a number (a string, a list …): ignored, noted
+    impossible: str | None  # a number no count can be (negative, fractional, NaN): ignored, run invalid
+
+
+NO_USAGE = Usage(None, None, None, None, None)
+
+
+def read_usage(raw: object) -> Usage:
+    """Check a server's `usage` once per request: non-negative integers are kept, anything else is not."""
+    if raw is None:
+        return NO_USAGE
+    if not isinstance(raw, dict):
+        return Usage(None, None, None, f"usage is a JSON {_kind(raw)}, not an object", None)
+    completion, c_bad, c_impossible = _count(raw, "completion_tokens")
+    prompt, p_bad, p_impossible = _count(raw, "prompt_tokens")
+    details = raw.get("completion_tokens_details")
+    reasoning = _count(details, "reasoning_tokens")[0] if isinstance(details, dict) else None
+    return Usage(completion, prompt, reasoning, c_bad or p_bad, c_impossible or p_impossible)
+
+
+def _count(obj: dict[str, Any], name: str) -> tuple[int | None, str | None, str | None]:
+    """(value, why it was ignored, why it is impossible) of one count in a usage object."""
+    value = obj.get(name)
+    if value is None:
+        return None, None, None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None, f"usage.{name} is a JSON {_kind(value)}, not a number", None
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        return None, None, f"usage.{name} is {value!r}, not a whole number"
+    if value < 0:
+        return None, None, f"usage.{name} is negative ({str(value)[:24]})"
+    return int(value), None, None
+
+
+def _kind(value: object) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
+            float: "number"}.get(type(value), type(value).__name__)

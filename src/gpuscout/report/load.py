@@ -79,6 +79,8 @@ def load_screen(result: BenchResult, *, output: Path | None, costs: Sequence[Loa
         parts.append(Text(f"SLO search: {search.message}"))
     if costs:
         parts.append(_cost_table(result, costs))
+    if not result.complete:
+        parts.append(Text(f"Incomplete run: {'; '.join(result.notes) or 'it did not finish'}.", style="bold yellow"))
     if output is not None:
         parts.append(Text(f"Result written to {output} (workload: {workload_path(output)})"))
     return Group(*parts)

@@ -1,0 +1,155 @@
+"""Fault injection, bounded: generated garbage into the SSE parser and from a server into the load client.
+
+The only outcomes allowed are a result (errors counted by kind, every number finite) or a clean
+GpuscoutError. `benchmarks/fuzz_load.py` runs the long version: 1,000+ whole `load` runs against
+tests/loadgen/garbage_server.py, counting crashes, hangs and silent nonsense.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from garbage_server import ODD_CHUNKS, GarbageServer, Request, serve_in_thread
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuscout.errors import GpuscoutError
+from gpuscout.loadgen.client import run_load_sync
+from gpuscout.loadgen.metrics import summarize_load
+from gpuscout.loadgen.schedule import LoadShape
+from gpuscout.loadgen.sse import (
+    LineSplitter,
+    MalformedSseError,
+    OversizeLineError,
+    SseEvent,
+    parse_line,
+    parse_object,
+    read_usage,
+)
+from gpuscout.loadgen.workload import Prompt, Workload
+
+FUZZ = settings(max_examples=100, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                       HealthCheck.function_scoped_fixture])
+KNOWN_KINDS = re.compile(r"^(http_\d{3}|timeout|connect|dropped_stream|malformed_http|malformed_sse|malformed_response|"
+                         r"stream_error|oversize_line|oversize_body|http|cancelled_at_deadline)$")
+KEYS = st.sampled_from(["choices", "delta", "message", "content", "text", "usage", "error", "reasoning_content",
+                        "completion_tokens", "prompt_tokens", "completion_tokens_details", "reasoning_tokens",
+                        "role", "index", "x"])
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS | st.text(max_size=5), inner,
+                                                                                max_size=5),
+                    max_leaves=25)
+
+
+# ------------------------------------------------------------------------------------ the parser
+
+@FUZZ
+@given(st.binary(max_size=300) | st.builds(lambda b: b"data: " + b, st.binary(max_size=300)))
+def test_parse_line_takes_any_bytes(line: bytes) -> None:
+    try:
+        event = parse_line(line, chat=True)
+    except MalformedSseError:
+        return
+    assert isinstance(event, SseEvent) and (event.text is None or isinstance(event.text, str))
+
+
+@FUZZ
+@given(JSON, st.booleans(), st.booleans())
+def test_parse_object_and_read_usage_take_any_json(obj: Any, chat: bool, delta: bool) -> None:
+    event = parse_object(obj, chat=chat, delta=delta)
+    assert event.text is None or isinstance(event.text, str)
+    assert event.error is None or isinstance(event.error, str)
+    usage = read_usage(event.usage)
+    for n in (usage.completion, usage.prompt):
+        assert n is None or (isinstance(n, int) and n >= 0)
+    usage = read_usage(obj)
+    assert usage.completion is None or usage.completion >= 0
+
+
+@FUZZ
+@given(st.lists(st.binary(max_size=40) | st.sampled_from([b"\n", b"\r\n", b"data: x\n"]), max_size=40),
+       st.integers(min_value=1, max_value=64))
+def test_line_splitter_matches_split_or_refuses_a_long_line(pieces: list[bytes], cap: int) -> None:
+    splitter = LineSplitter(cap=cap)
+    got: list[bytes] = []
+    whole = b"".join(pieces)
+    expected = whole.split(b"\n")
+    tail = expected.pop()
+    try:
+        for piece in pieces:
+            got += splitter.feed(piece)
+    except OversizeLineError:
+        assert any(len(line) > cap for line in [*expected, tail])
+        return
+    assert got == expected and all(len(line) <= cap for line in got)
+
+
+# ------------------------------------------------------------------------------------ the client
+
+PIECE = st.one_of(
+    st.sampled_from(ODD_CHUNKS).map(lambda o: b"data: " + json.dumps(o).encode() + b"\n\n"),
+    st.just(b'data: {"choices": [{"delta": {"content": "tok "}, "text": "tok "}]}\n\n'),
+    JSON.map(lambda u: b'data: {"choices": [], "usage": {"completion_tokens": ' + json.dumps(u).encode() + b"}}\n\n"),
+    st.binary(max_size=120),
+    st.sampled_from([b"data: [DONE]\n\n", b": keep-alive\n", b"event: x\n", b"\r\n", b"data:\n", b"data: {\n",
+                     b"data: " + b"[" * 5000 + b"\n", b"data: " + b"x" * ((1 << 20) + 10) + b"\n"]),
+)
+STATUS = st.sampled_from([b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK", b"HTTP/1.1 500 Err",
+                          b"HTTP/1.1 429 Slow", b"HTTP/1.1 400 Bad", b"HTTP/1.0 200 OK", b"HTTP/1.1 999 X",
+                          b"HTTP/1.1 204 No", b"GARBAGE", b""])
+FRAMING = st.sampled_from(["chunked", "length", "close", "length_too_long", "bad_chunk"])
+
+
+def response(status: bytes, framing: str, body: bytes) -> bytes:
+    if framing == "chunked":
+        return status + b"\r\nTransfer-Encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body) \
+            if body else status + b"\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    if framing == "length":
+        return status + b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    if framing == "length_too_long":
+        return status + b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body) + 100, body)
+    if framing == "bad_chunk":
+        return status + b"\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n" + body
+    return status + b"\r\nConnection: close\r\n\r\n" + body
+
+
+@pytest.fixture(scope="module")
+def garbage() -> Iterator[GarbageServer]:
+    with serve_in_thread() as server:
+        yield server
+
+
+@FUZZ
+@given(STATUS, FRAMING, st.lists(PIECE, max_size=12).map(b"".join), st.booleans(), st.booleans())
+def test_the_client_survives_any_stream(garbage: GarbageServer, status: bytes, framing: str, body: bytes,
+                                        stream: bool, chat: bool) -> None:
+    reply = response(status, framing, body)
+
+    def respond(req: Request) -> bytes:
+        return reply
+
+    garbage.responder = respond
+    work = Workload(prompts=(Prompt(text="fz", prompt_tokens=1, output_tokens=8),), source="synthetic", seed=0,
+                    tokenizer=None, description="fuzz")
+    start = time.perf_counter()
+    try:
+        run = run_load_sync(garbage.url, "m", work, LoadShape(kind="concurrency", concurrency=1, requests=2),
+                            endpoint="chat" if chat else "completions", stream=stream, timeout_s=2)
+    except GpuscoutError:
+        return
+    assert time.perf_counter() - start < 15
+    for record in run.records:
+        if record.error is not None:
+            assert KNOWN_KINDS.match(record.error.split(":", 1)[0]), record.error
+    case = summarize_load(run, slo=None, percentile_needed=50)
+    for m in case.metrics:
+        assert all(math.isfinite(v) for v in (m.value, *m.samples)), m.name
+    throughput = {m.name: m.value for m in case.metrics}["output_tokens_per_s"]
+    assert throughput >= 0 and ("valid" not in case.notes or throughput > 0)
