@@ -274,10 +274,10 @@ def bench(job: JobRef, *, settings: BenchSettings | None = None, probe: bool = F
     from gpuscout.results.beside import estimate_beside
     from gpuscout.results.store import save_result
 
+    path = _checked_output(output, "bench result")
     the_job = model = base_dir = None
     if job is not None or not probe:
         the_job, model, base_dir = _job_and_model(job)
-    path = Path(output) if output is not None else None
 
     def keep(partial: BenchResult) -> None:
         if path is not None:
@@ -290,6 +290,15 @@ def bench(job: JobRef, *, settings: BenchSettings | None = None, probe: bool = F
     interrupted = any(c.failure is not None and c.failure.kind == "interrupted" for c in result.cases)
     return BenchReport(result=result, estimate=estimate_beside(result, the_job, model), output=path,
                        stopped_by=(stops.signum or signal.SIGINT) if interrupted else None)
+
+
+def _checked_output(output: str | Path | None, what: str) -> Path | None:
+    """The output path, refused before any work starts when it cannot be written (docs/design.md §4.10)."""
+    if output is None:
+        return None
+    from gpuscout.outfile import check_output_path
+
+    return check_output_path(Path(output), what)
 
 
 @dataclass(frozen=True)
@@ -362,7 +371,11 @@ def load(plan: LoadPlan, *, output: str | Path | None = None, offers: str | Path
     from gpuscout.loadgen.session import run_plan
     from gpuscout.results.store import save_result
 
-    path = Path(output) if output is not None else None
+    path = _checked_output(output, "load result")
+    if path is not None:
+        from gpuscout.loadgen.session import workload_path
+
+        _checked_output(workload_path(path), "workload file")
     if offer is not None and offers is None:
         from gpuscout.errors import SpecError
 
