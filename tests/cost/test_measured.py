@@ -162,3 +162,10 @@ def test_full_depth_metrics_named_as_the_bench_writes_them() -> None:
     work = measured_work(bench_result("A", cases=[case], layers=2))
     assert work.metric == "tokens_per_s_full_depth" and work.extrapolated
     assert work.work_s == pytest.approx(36_000_000 / (MEAN_TPS / 10))
+
+
+def test_a_result_that_measured_no_work_is_a_clear_error() -> None:
+    zero = metric("tokens_per_s", [0.0, 0.0, 0.0], "tokens/s")
+    stalled = bench_result("A", cases=[train_case(BASE_TPS).model_copy(update={"metrics": (zero,)})])
+    with pytest.raises(SpecError, match="never finish"):
+        measured_work(stalled)

@@ -342,7 +342,8 @@ def _console() -> Console:
 
 
 def _print_json(payload: Any) -> None:
-    sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+    # allow_nan=False: NaN and Infinity are not JSON; inputs are checked so that none reaches here.
+    sys.stdout.write(json.dumps(payload, indent=2, default=str, allow_nan=False) + "\n")
 
 
 def main() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.cost.billed_time import round_bill
@@ -40,29 +42,38 @@ class BilledCost(BaseModel):
     difference_usd: float  # billed total − plain total
 
 
+# Bounds on what a person can mean (docs/design.md §4.10): a century of compute, a GPU price far
+# above any list price, amounts far above any job's bill. Beyond them a number is a typo.
+MAX_HOURS = 1e6
+MAX_USD = 1e12
+MAX_RULE_S = 1e7  # billing increments, minimums, startup and idle tails: under four months
+
+
 def checked_hours(hours: float | None) -> float:
-    """The run's hours, refused when missing or not positive."""
-    return _positive("hours", hours)
+    """The run's hours, refused when missing, not positive or not finite."""
+    return _number("hours", hours, minimum=0.0, maximum=MAX_HOURS, positive=True)
 
 
 def plain_cost(usd_per_gpu_hour: float | None, gpus: int, hours: float, *, storage_usd: float = 0.0,
                transfer_usd: float = 0.0, retry_usd: float = 0.0) -> PlainCost:
     """price × GPUs × hours + extras; every input is checked (what / why / to fix)."""
-    price = _positive("usd-per-gpu-hour", usd_per_gpu_hour)
-    _positive("gpus", gpus)
-    for name, value in (("storage-usd", storage_usd), ("transfer-usd", transfer_usd), ("retry-usd", retry_usd)):
-        if value < 0:
-            raise SpecError(f"--{name} {value} is negative.", "Costs are amounts of money spent.",
-                            f"Pass --{name} ≥ 0.")
+    price = _number("usd-per-gpu-hour", usd_per_gpu_hour, minimum=0.0, maximum=MAX_USD, positive=True)
+    _number("gpus", gpus, minimum=0.0, maximum=1e6, positive=True)
+    extras = {name: _number(name, value, minimum=0.0, maximum=MAX_USD)
+              for name, value in (("storage-usd", storage_usd), ("transfer-usd", transfer_usd),
+                                  ("retry-usd", retry_usd))}
     compute = price * gpus * hours
     return PlainCost(usd_per_gpu_hour=price, gpus=gpus, hours=hours, compute_usd=compute,
-                     storage_usd=storage_usd, transfer_usd=transfer_usd, retry_usd=retry_usd,
-                     total_usd=compute + storage_usd + transfer_usd + retry_usd)
+                     storage_usd=extras["storage-usd"], transfer_usd=extras["transfer-usd"],
+                     retry_usd=extras["retry-usd"], total_usd=compute + sum(extras.values()))
 
 
 def billed_cost(plain: PlainCost, *, increment_s: float = 1.0, min_billed_s: float = 0.0,
                 startup_s: float = 0.0, idle_tail_s: float = 0.0) -> BilledCost:
     """The plain run as a provider bills it: one start, with startup and idle tail paid for."""
+    _number("increment-s", increment_s, minimum=0.0, maximum=MAX_RULE_S, positive=True)
+    for flag, value in (("min-billed-s", min_billed_s), ("startup-s", startup_s), ("idle-tail-s", idle_tail_s)):
+        _number(flag, value, minimum=0.0, maximum=MAX_RULE_S)
     billed_s = round_bill(startup_s + plain.hours * HOUR_S + idle_tail_s, increment_s, min_billed_s)
     compute = plain.usd_per_gpu_hour * plain.gpus * billed_s / HOUR_S
     total = compute + plain.storage_usd + plain.transfer_usd + plain.retry_usd
@@ -71,8 +82,14 @@ def billed_cost(plain: PlainCost, *, increment_s: float = 1.0, min_billed_s: flo
                       total_usd=total, difference_usd=total - plain.total_usd)
 
 
-def _positive(flag: str, value: float | None) -> float:
-    if value is None or not value > 0:
-        raise SpecError(f"--{flag} is {'missing' if value is None else value}.",
-                        f"The calculator needs a positive {flag}.", f"Pass --{flag} with a value above zero.")
+def _number(flag: str, value: float | None, *, minimum: float, maximum: float, positive: bool = False) -> float:
+    """A finite number in range, or a SpecError that names the flag and the range."""
+    if value is None:
+        raise SpecError(f"--{flag} is missing.", f"The calculator needs --{flag}.", f"Pass --{flag}.")
+    ok = math.isfinite(value) and (value > minimum if positive else value >= minimum) and value <= maximum
+    if not ok:
+        low = "above" if positive else "at least"
+        raise SpecError(f"--{flag} {value:g} is out of range.",
+                        f"--{flag} must be a finite number {low} {minimum:g} and at most {maximum:g}.",
+                        f"Pass --{flag} with a value in that range.")
     return float(value)
