@@ -83,7 +83,7 @@ def measured_work(result: BenchResult) -> MeasuredWork:
     job = parse_job(dict(result.job), origin=f"{result.name}: the job recorded in the result")
     case, metric = headline_metric(result)
     if not metric.value > 0:
-        raise SpecError(f"{result.name}: the measured {metric.name} is {metric.value:g}, so the job would never finish.",
+        raise SpecError(f"{result.name}: the measured {metric.name} is {metric.value:g}: the job would never finish.",
                         "The whole job's time is its work divided by the throughput measured at the job's size.",
                         "Check the result's cases and notes (a stalled or failing run measures no work); re-run "
                         "`gpuscout bench`.")
