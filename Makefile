@@ -25,7 +25,7 @@ $(VENV)/.test: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.demo
 	$(BIN)/gpuscout estimate
 	$(BIN)/gpuscout estimate --gpu rtx-4090
-	$(BIN)/gpuscout pick --offers examples/prices.example.toml
+	$(BIN)/gpuscout pick
 	@# A real measurement on this machine (tiny model, seconds on a CPU), twice, then the comparison.
 	OMP_NUM_THREADS=1 $(BIN)/gpuscout bench examples/tiny-finetune.toml --device auto --warmup 2 --repeats 8 \
 		-o .demo/tiny-finetune-a.json
