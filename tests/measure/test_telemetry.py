@@ -21,25 +21,18 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gpuscout.measure import telemetry as tm
-from gpuscout.measure.telemetry import (
-    CpuReading,
-    CpuTelemetry,
-    CpuWatch,
-    Finding,
+from gpuscout.measure import gpu_telemetry as tm
+from gpuscout.measure.cpu_telemetry import CpuReading, CpuWatch, parse_proc_stat, summarize_cpu
+from gpuscout.measure.gpu_telemetry import (
     GpuReading,
     GpuSampler,
-    GpuTelemetry,
-    Telemetry,
-    build_telemetry,
     decode_reasons,
-    parse_proc_stat,
     reason_bits,
-    summarize_cpu,
     summarize_gpu,
-    telemetry_findings,
     thin_readings,
 )
+from gpuscout.measure.telemetry import build_telemetry, telemetry_findings
+from gpuscout.results.schema import CpuTelemetry, Finding, GpuTelemetry, Telemetry
 
 OWN = 31337
 

@@ -82,6 +82,77 @@ class Failure(Frozen):
     size: dict[str, Scalar] = {}  # the size that failed: micro_batch, seq_len, concurrency …
 
 
+# --- Telemetry (recorded by `measure.telemetry` during every bench case, docs/measurement.md §1.13) ---
+
+FindingKind = Literal["thermal_throttle", "power_cap", "hw_slowdown", "degraded_link", "shared_device",
+                      "ecc_errors", "cpu_contention", "cpu_steal"]
+
+
+class GpuTelemetry(Frozen):
+    """One case's GPU, summarised from NVML samples. None = NVML could not say."""
+
+    samples: int
+    busy_samples: int  # the samples throttling and the link are judged on
+    duration_s: float
+    sm_clock_busy_max_mhz: int | None = None
+    sm_clock_busy_median_mhz: float | None = None
+    mem_clock_busy_median_mhz: float | None = None
+    temperature_max_c: int | None = None
+    power_busy_median_w: float | None = None
+    power_max_w: float | None = None
+    power_limit_w: float | None = None  # enforced limit, lowest seen
+    power_default_limit_w: float | None = None
+    # Share of busy samples (with reasons known) in which each clock-event reason was set.
+    reason_fractions: dict[str, float] = Field(default_factory=dict)
+    thermal_fraction: float | None = None
+    thermal_sm_clock_mhz: float | None = None  # median SM clock in those samples
+    power_cap_fraction: float | None = None  # SW power cap or HW power brake
+    power_cap_sm_clock_mhz: float | None = None
+    power_brake_fraction: float | None = None
+    hw_slowdown_fraction: float | None = None  # not explained by HW thermal slowdown or the power brake
+    hw_slowdown_sm_clock_mhz: float | None = None
+    pcie_gen_busy: int | None = None  # best seen while busy
+    pcie_width_busy_lanes: int | None = None
+    pcie_gen_max: int | None = None  # the most this GPU and system support
+    pcie_width_max_lanes: int | None = None
+    pcie_gen_min: int | None = None  # lowest seen at any time (idle downshift included)
+    pcie_width_min_lanes: int | None = None
+    ecc_corrected_delta: int | None = None  # volatile counters, after − before
+    ecc_uncorrected_delta: int | None = None
+    other_processes: int | None = None  # most at one time
+    other_pids: tuple[int, ...] = ()
+    own_pid_listed: bool | None = None  # False: NVML shows host pids (container PID namespace)
+
+
+class CpuTelemetry(Frozen):
+    """The CPUs the case could run on, between just before its process started and after it was reaped."""
+
+    elapsed_s: float
+    cpus_watched: int  # CPUs summed from /proc/stat (the affinity set)
+    usable_cores: int
+    own_cpu_s: float  # the case process and its children, plus the bench process waiting for it
+    own_cores: float
+    busy_cores: float  # every process on the watched CPUs
+    other_load_cores: float  # busy − own
+    steal_s: float
+    steal_fraction: float  # stolen / (busy + stolen): of the CPU time asked for
+    iowait_fraction: float  # of all CPU time on the watched CPUs
+    load_avg_1m_before: float | None = None
+    load_avg_1m_after: float | None = None
+
+
+class Finding(Frozen):
+    kind: FindingKind
+    side_effect: bool  # True: the case's timings are not comparable with another machine's
+    message: str
+
+
+class Telemetry(Frozen):
+    gpu: GpuTelemetry | None = None
+    cpu: CpuTelemetry | None = None
+    findings: tuple[Finding, ...] = ()
+
+
 class Case(Frozen):
     """One measured configuration (e.g. one concurrency level), run in its own process."""
 
@@ -165,3 +236,4 @@ def check_samples(result: BenchResult) -> str:
                 if not (value == 0 or MIN_MAGNITUDE <= abs(value) <= MAX_MAGNITUDE) or not math.isfinite(value):
                     return f"case {case.name[:60]!r}, metric {metric.name[:60]!r}: a value of {value:.3g}"
     return ""
+
