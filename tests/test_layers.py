@@ -34,9 +34,10 @@ ALLOWED: dict[str, set[str]] = {
 }
 # Leaves import nothing of gpuscout but other leaves.
 LEAVES = {"errors", "units", "userfile", "outfile", "stats", "host", "interrupts"}
-# The result schema is shared vocabulary: the bench and the load generator write their records in
-# it; results stores and compares them (the flow stays measure/loadgen → results → cost → report).
-SHARED_SCHEMA = "gpuscout.results.schema"
+# The result schema (and merging runs of its cases) is shared vocabulary: the bench and the load
+# generator write their records in it; results stores and compares them (the flow stays
+# measure/loadgen → results → cost → report).
+SHARED = {"gpuscout.results.schema", "gpuscout.results.runs"}
 
 
 def imported_packages(path: Path) -> set[str]:
@@ -48,7 +49,7 @@ def imported_packages(path: Path) -> set[str]:
             names |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names |= {node.module} if node.module != "gpuscout" else {f"gpuscout.{a.name}" for a in node.names}
-    return {n.split(".")[1] for n in names if n.startswith("gpuscout.") and n != SHARED_SCHEMA}
+    return {n.split(".")[1] for n in names if n.startswith("gpuscout.") and n not in SHARED}
 
 
 def owner(rel: Path) -> str:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from gpuscout.measure.harness import BenchSettings
     from gpuscout.results.beside import EstimateBeside
     from gpuscout.results.compare import Comparison
+    from gpuscout.results.ratios import CompareOptions
     from gpuscout.results.schema import BenchResult
     from gpuscout.results.verdict import Verdict
     from gpuscout.trace.llm import TraceResult
@@ -287,7 +288,8 @@ def bench(job: JobRef, *, settings: BenchSettings | None = None, probe: bool = F
         result = run_bench(the_job, base_dir=base_dir, settings=settings or BenchSettings(), probe=probe,
                            progress=progress, checkpoint=keep)
     keep(result)
-    interrupted = any(c.failure is not None and c.failure.kind == "interrupted" for c in result.cases)
+    interrupted = any(f.kind == "interrupted" for c in result.cases
+                      for f in (*([c.failure] if c.failure else []), *c.failed_runs))
     return BenchReport(result=result, estimate=estimate_beside(result, the_job, model), output=path,
                        stopped_by=(stops.signum or signal.SIGINT) if interrupted else None)
 
@@ -312,7 +314,7 @@ class CompareReport:
 
 def compare(results: Sequence[str | Path | BenchResult], *, offers: str | Path | None = None,
             offer_ids: Sequence[str] = (), allow_diff: bool = False, fx: Sequence[str | ExchangeRate] = (),
-            today: date | None = None) -> CompareReport:
+            today: date | None = None, options: CompareOptions | None = None) -> CompareReport:
     """Fairness check, ratios with 95% CIs, the whole job's cost on each machine, and a verdict."""
     from gpuscout.cost.measured import cost_point, price_results
     from gpuscout.hardware.offers import price_warnings
@@ -327,7 +329,7 @@ def compare(results: Sequence[str | Path | BenchResult], *, offers: str | Path |
         raise SpecError("--offer was given without --offers.", "Offer ids refer to a price sheet.",
                         "Add --offers prices.toml (`gpuscout examples` shows the bundled sheet).")
     loaded = [r if not isinstance(r, str | Path) else load_result(Path(r)) for r in results]
-    comparison = compare_results(loaded, allow_diff=allow_diff)
+    comparison = compare_results(loaded, allow_diff=allow_diff, options=options)
     if offers is None:
         return CompareReport(comparison=comparison, verdict=decide(comparison, None))
     day = today or date.today()

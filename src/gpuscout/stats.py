@@ -1,6 +1,6 @@
 """Statistics of raw samples: percentiles, confidence intervals, spread, bootstrap ratios.
 
-Pure Python and seeded, so results are reproducible and the module is cheap to import.
+Seeded, so results are reproducible; the bootstrap uses numpy (vectorised replicates).
 
 * Percentiles use linear interpolation between order statistics (numpy's default, "type 7").
 * The 95% CI of the mean is mean ± t(0.975, n−1) · s/√n (AIPerf's multi-run CI;
@@ -105,9 +105,23 @@ def bootstrap_ratio_ci(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]
     if not a or not b or not all(a) or not all(b):
         raise ValueError("bootstrap of empty samples")
     rng = np.random.default_rng(seed)
-    ratios = _resampled_means(b, resamples, rng) / _resampled_means(a, resamples, rng)
+    with np.errstate(divide="ignore", invalid="ignore"):  # a replicate with a zero mean has no ratio
+        ratios = _resampled_means(b, resamples, rng) / _resampled_means(a, resamples, rng)
+    ratios = ratios[np.isfinite(ratios)]
+    base = run_mean(a)
+    point = run_mean(b) / base if base else math.nan
+    if ratios.size < resamples / 2:  # most replicates undefined: so is the interval
+        return point, math.nan, math.nan
     low, high = np.percentile(ratios, [2.5, 97.5])
-    return run_mean(b) / run_mean(a), float(low), float(high)
+    return point, float(low), float(high)
+
+
+def mean_ci(runs: Sequence[Sequence[float]], *, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% two-level bootstrap interval of the mean of run means (one run: of its samples)."""
+    if not runs or not all(runs):
+        raise ValueError("interval of empty samples")
+    low, high = np.percentile(_resampled_means(runs, resamples, np.random.default_rng(seed)), [2.5, 97.5])
+    return float(low), float(high)
 
 
 def _resampled_means(runs: Sequence[Sequence[float]], resamples: int, rng: np.random.Generator) -> np.ndarray:

@@ -38,10 +38,14 @@ def test_bench_tiny_finetune_writes_a_loadable_result(tmp_path: Path) -> None:
 
 def test_bench_json_prints_the_result_dict(tmp_path: Path) -> None:
     done = gpuscout("bench", str(EXAMPLES / "tiny-finetune.toml"), "--device", "cpu", "--warmup", "0",
-                    "--repeats", "1", "--layers", "1", "--json", cwd=tmp_path)
+                    "--repeats", "1", "--layers", "1", "--runs", "1", "--json", "--offers",
+                    str(EXAMPLES / "prices.example.toml"), "--offer", "aws-p4d-24xlarge-us-east-1-spot-2023",
+                    cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
-    assert payload["schema_version"] == 1 and payload["fixed"]["layers"] == 1
+    assert payload["schema_version"] == 2 and payload["fixed"]["layers"] == 1
+    # Region and billing type, fixed variables, taken from the offer the machine was rented under.
+    assert (payload["fixed"]["region"], payload["fixed"]["billing"]) == ("us-east-1", "spot")
     assert payload.pop("estimate") is None  # gpuscout's estimate beside the measurement: GPU runs only
     assert BenchResult.model_validate(payload).cases[0].layers == 1
     assert not list(tmp_path.iterdir())  # nothing written without -o
@@ -60,7 +64,8 @@ def test_bench_without_a_spec_points_at_the_examples() -> None:
 
 
 @pytest.mark.parametrize("args", [["--repeats", "0"], ["--created-at", "yesterday"],
-                                  ["--dataset", "/nonexistent/data.jsonl"]])
+                                  ["--dataset", "/nonexistent/data.jsonl"], ["--runs", "0"],
+                                  ["--offer", "lambda-h100-sxm-1x"], ["--region", "x" * 300]])
 def test_bad_options_are_user_errors(args: list[str]) -> None:
     done = gpuscout("bench", "examples/tiny-finetune.toml", "--device", "cpu", *args)
     assert done.returncode == 1 and done.stderr.startswith("error:") and "Traceback" not in done.stderr

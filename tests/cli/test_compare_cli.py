@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from results import A100, BASE_TPS, bench_result, write
+from gpuscout.results.runs import merge_runs
+from results import A100, BASE_TPS, bench_result, failed_case, runs_case, train_case, write
 
 PRICES = """
 [[offer]]
@@ -63,7 +64,7 @@ def test_markdown_report_has_every_section_and_a_verdict(files: dict[str, Path])
     out = run(files["A"], files["B"], "--offers", files["prices"], "--format", "md")
     assert out.returncode == 0, out.stderr
     md = out.stdout
-    for heading in ("## Fairness", "## Side by side", "## Cost of the whole job", "## Verdict"):
+    for heading in ("## Fairness", "## Telemetry", "## Side by side", "## Cost of the whole job", "## Verdict"):
         assert heading in md
     assert "| tokens_per_s" in md and "2.00× better (95% CI" in md
     assert ("B (H100 SXM5 80GB) costs 17% less in total ($15.05 vs $18.06), at Lambda's 2026-09-20 price and "
@@ -122,3 +123,54 @@ def test_bad_inputs_exit_1_with_a_fix(files: dict[str, Path], tmp_path: Path) ->
     assert_user_error(run(files["A"], files["B"], "--format", "html"))
     assert_user_error(run(files["A"], files["B"], "--offer", "lambda-h100"))
     assert_user_error(run(files["A"], files["B"], "--offers", files["prices"], "--offer", "nope", "--offer", "x"))
+
+
+def three_runs(factor: float, drift: tuple[float, ...] = (1.0, 0.98, 1.02)) -> list[list[float]]:
+    return [[t * factor * d for t in BASE_TPS] for d in drift]
+
+
+def test_json_of_an_a_a_comparison_has_no_winner_and_says_why(tmp_path: Path) -> None:
+    a = write(bench_result("A", cases=[runs_case(three_runs(1.0))]), tmp_path)
+    b = write(bench_result("B", cases=[runs_case(three_runs(1.0, (1.01, 1.0, 0.99)))]), tmp_path)
+    out = run(a, b, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    verdict = json.loads(out.stdout)["verdict"]
+    assert verdict["winner"] is None and verdict["outcome"] == "no difference"
+    assert verdict["reasons"] and "no measurable difference" in verdict["reasons"][0]
+
+
+def test_a_throttled_side_is_flagged_on_every_format_and_blocks_the_winner(tmp_path: Path) -> None:
+    a = write(bench_result("A", cases=[runs_case(three_runs(1.0))]), tmp_path)
+    b = write(bench_result("B", gpu=A100, cases=[runs_case(three_runs(0.5), gpu="a100", throttled_run=3)]), tmp_path)
+    data = json.loads(run(a, b, "--format", "json").stdout)
+    assert data["verdict"]["winner"] is None and data["verdict"]["outcome"] == "disturbed"
+    assert data["verdict"]["reasons"] == [
+        "B: train, run 3: thermal throttling in 35% of busy samples (SM clock 1,410 → 1,140 MHz) up to 89 °C"]
+    md = run(a, b, "--format", "md").stdout
+    assert "**⚠ B: train, run 3: thermal throttling" in md and "No winner: the telemetry shows B disturbed" in md
+    table = run(a, b)
+    assert table.returncode == 0 and "Telemetry: disturbed while measuring" in table.stdout
+    allowed = json.loads(run(a, b, "--format", "json", "--allow-diff").stdout)["verdict"]
+    assert allowed["winner"] == "A" and allowed["text"].startswith("Caution")
+
+
+def test_noise_options_change_the_verdict_and_are_checked(files: dict[str, Path], tmp_path: Path) -> None:
+    a = write(bench_result("A"), tmp_path, "a1.json")
+    b = write(bench_result("B", tps=[t * 1.15 for t in BASE_TPS]), tmp_path, "b1.json")
+    assert json.loads(run(a, b, "--format", "json").stdout)["verdict"]["winner"] is None  # one run: under the floor
+    lowered = json.loads(run(a, b, "--format", "json", "--noise-floor", "0.1").stdout)["verdict"]
+    assert lowered["winner"] == "B"
+    raised = json.loads(run(a, b, "--format", "json", "--noise-floor", "0.1", "--min-effect", "0.2").stdout)
+    assert raised["verdict"]["winner"] is None
+    assert_user_error(run(a, b, "--min-effect", "5"))
+
+
+def test_failed_runs_are_shown_as_retries_in_the_bill(files: dict[str, Path], tmp_path: Path) -> None:
+    flaky = merge_runs([train_case(BASE_TPS), train_case(BASE_TPS), failed_case("train")])
+    b = write(bench_result("B-h100", tps=[t * 2 for t in BASE_TPS], cases=[flaky]), tmp_path, "flaky.json")
+    out = run(files["A"], b, "--offers", files["prices"], "--format", "md")
+    assert out.returncode == 0, out.stderr
+    retry = "B: 1 of 3 runs failed (out of memory, crash or timeout); billed as 0.50 failed attempts per job"
+    assert retry in out.stdout
+    data = json.loads(run(files["A"], b, "--offers", files["prices"], "--format", "json").stdout)
+    assert (data["costs"][1]["failed_runs"], data["costs"][1]["runs"]) == (1, 3)

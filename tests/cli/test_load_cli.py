@@ -29,7 +29,7 @@ def gpuscout(*args: str) -> subprocess.CompletedProcess[str]:
 def test_one_liner_json_and_output_file(tmp_path: Path) -> None:
     out = tmp_path / "load.json"
     with serve_in_thread(FakeConfig(ttft_s=0.005, token_delay_s=0.001)) as srv:
-        done = gpuscout("load", srv.url, "--model", "M", "--concurrency", "8", "--requests", "40",
+        done = gpuscout("load", srv.url, "--model", "M", "--concurrency", "8", "--requests", "40", "--runs", "1",
                         "--output-tokens", "16", "--api-key-env", "MY_KEY", "--json", "-o", str(out))
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
@@ -43,6 +43,27 @@ def test_one_liner_json_and_output_file(tmp_path: Path) -> None:
         assert KEY not in text
     compared = gpuscout("compare", str(out), str(out), "--format", "json")
     assert compared.returncode == 0, compared.stderr
+
+
+def test_runs_are_interleaved_merged_per_level_and_record_region_and_billing(tmp_path: Path) -> None:
+    out = tmp_path / "runs.json"
+    with serve_in_thread(FakeConfig(ttft_s=0.002, token_delay_s=0.001)) as srv:
+        done = gpuscout("load", srv.url, "--model", "M", "--sweep", "1,2", "--requests", "6", "--runs", "2",
+                        "--output-tokens", "8", "--region", "us-east-1", "--billing", "spot", "-o", str(out))
+        seen = len(srv.seen)  # 2 levels × 2 runs × 6 requests
+    assert done.returncode == 0, done.stderr
+    result = load_result(out)
+    assert seen == 4 * 6 and [c.params["concurrency"] for c in result.cases] == [1, 2]
+    for case in result.cases:
+        assert case.runs == 2
+        tps = next(m for m in case.metrics if m.name == "output_tokens_per_s")
+        assert len(tps.runs) == 2 and len(tps.samples) == 2  # one reading per run: its interval is between runs
+        ttft = next(m for m in case.metrics if m.name == "ttft_s")
+        assert [len(r.samples) for r in ttft.runs] == [6, 6]
+    assert (result.fixed.region, result.fixed.billing) == ("us-east-1", "spot")
+    compared = gpuscout("compare", str(out), str(out), "--format", "json")
+    assert compared.returncode == 0, compared.stderr
+    assert json.loads(compared.stdout)["verdict"]["winner"] is None
 
 
 def test_table_output_and_a_refused_url(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuscout.cost.billing import price_job
+from gpuscout.cost.billing import CostOptions, price_job
 from gpuscout.cost.measured import cost_point, match_offers, measured_work, price_measured
 from gpuscout.errors import SpecError, UnknownNameError
 from gpuscout.hardware.currency import ExchangeRate
@@ -169,3 +169,38 @@ def test_a_result_that_measured_no_work_is_a_clear_error() -> None:
     stalled = bench_result("A", cases=[train_case(BASE_TPS).model_copy(update={"metrics": (zero,)})])
     with pytest.raises(SpecError, match="never finish"):
         measured_work(stalled)
+
+
+def job_time_case(per_run: list[list[float]], failed: int = 0) -> Case:
+    """A train case whose runs measured the whole-job time directly (job_s), as `bench` records it;
+    `failed` more runs ran out of memory."""
+    from gpuscout.results.runs import merge_runs
+
+    runs = [train_case(BASE_TPS, extra=(metric("job_s", samples, "s", higher=False),)) for samples in per_run]
+    runs += [failed_case_run() for _ in range(failed)]
+    return merge_runs(runs)
+
+
+def failed_case_run() -> Case:
+    return Case(name="train", params={"micro_batch": 1, "seq_len": 512},
+                failure=Failure(case="train", kind="oom", message="CUDA out of memory", size={}))
+
+
+def test_the_whole_job_time_bench_reports_is_the_time_compare_bills() -> None:
+    result = bench_result("A", cases=[job_time_case([[600.0, 610.0], [590.0, 600.0], [605.0, 595.0]])])
+    work = measured_work(result)
+    assert work.metric == "job_s" and work.work_s == pytest.approx(600.0)  # the mean of the run means
+    assert "mean of 3 runs" in work.formula
+    assert work.work_low_s is not None and work.work_high_s is not None
+    assert work.work_low_s < 600.0 < work.work_high_s
+    cost = price_measured(result, offer(), today=TODAY)
+    assert cost.cost.total == pytest.approx(price_job(offer(), 600.0).total)
+
+
+def test_failed_runs_are_billed_as_failed_attempts_with_their_count() -> None:
+    result = bench_result("A", cases=[job_time_case([[600.0, 600.0], [600.0, 600.0]], failed=1)])
+    cost = price_measured(result, offer(), today=TODAY)
+    assert (cost.failed_runs, cost.runs) == (1, 3)
+    # One run in three failed: 1/3 / (1 − 1/3) = 0.5 failed attempts expected per job.
+    assert cost.cost.total == pytest.approx(price_job(offer(), 600.0, CostOptions(failed_attempts=0.5)).total)
+    assert cost.total_usd > price_job(offer(), 600.0).total

@@ -89,7 +89,7 @@ def test_a_string_delta_or_message_loses_nothing(tmp_path: Path) -> None:
     for stream in (True, False):
         out = tmp_path / f"stream-{stream}.json"
         with serve_in_thread(FakeConfig()) as srv:
-            report = api.load(make_plan(url=srv.url, model="m", concurrency=2, requests=4, stream=stream,
+            report = api.load(make_plan(url=srv.url, model="m", runs=1, concurrency=2, requests=4, stream=stream,
                                         output_tokens=TOKENS, dataset=dataset(tmp_path, texts)), output=out)
         result = load_result(out)
         assert result.complete and report.stopped_by is None
@@ -256,7 +256,7 @@ def test_credentials_in_the_url_never_reach_a_result_or_message(tmp_path: Path, 
     with serve_in_thread(FakeConfig()) as srv:
         url = f"http://admin:{PASSWORD}@127.0.0.1:{srv.port}/v1?api_key={QUERY_KEY}&Token={QUERY_KEY}x&mode=fast"
         texts = ["FAULT=echo a", "fine b", "FAULT=echo c", "fine d"]
-        report = api.load(make_plan(url=url, model="m", concurrency=2, requests=4, api_key_env="HOSTILE_KEY",
+        report = api.load(make_plan(url=url, model="m", runs=1, concurrency=2, requests=4, api_key_env="HOSTILE_KEY",
                                     dataset=dataset(tmp_path, texts)), output=out)
         sent = srv.seen[0]
     assert QUERY_KEY in sent["target"] and sent["authorization"] == f"Bearer {KEY}"  # the query is still sent
@@ -296,7 +296,7 @@ def test_ctrl_c_keeps_the_finished_levels_and_requests(tmp_path: Path) -> None:
 
     out = tmp_path / "r.json"
     with serve_in_thread(FakeConfig(token_delay_s=0.002)) as srv:
-        plan = make_plan(url=srv.url, model="m", sweep=(1, 2), requests=30, output_tokens=TOKENS, timeout_s=30)
+        plan = make_plan(url=srv.url, model="m", runs=1, sweep=(1, 2), requests=30, output_tokens=TOKENS, timeout_s=30)
         outcome = run_plan(plan, output=out, progress=progress, checkpoint=checkpoints.append)
     assert outcome.interrupted and not outcome.result.complete
     assert len(checkpoints) == 1 and len(checkpoints[0].cases) == 1 and not checkpoints[0].complete
@@ -318,7 +318,7 @@ def test_the_workload_file_is_written_only_with_a_result(tmp_path: Path) -> None
         yield None
 
     with serve_in_thread(FakeConfig()) as srv:
-        run_plan(make_plan(url=srv.url, model="m", sweep=(1, 2), requests=3), output=out, progress=progress,
+        run_plan(make_plan(url=srv.url, model="m", runs=1, sweep=(1, 2), requests=3), output=out, progress=progress,
                  checkpoint=lambda result: None)
     assert seen == [False, True]  # not before the first level; with its checkpointed result after it
     assert workload_path(out).is_file()
@@ -331,7 +331,7 @@ def test_an_interrupt_before_anything_finished_writes_nothing(tmp_path: Path) ->
     with serve_in_thread(FakeConfig()) as srv:
         timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
         timer.start()
-        report = api.load(make_plan(url=srv.url, model="m", concurrency=2, requests=4, timeout_s=30,
+        report = api.load(make_plan(url=srv.url, model="m", runs=1, concurrency=2, requests=4, timeout_s=30,
                                     dataset=dataset(tmp_path, ["FAULT=hang x"])), output=out)
         timer.join()
     assert report.stopped_by == signal.SIGINT and not report.result.cases and report.output is None

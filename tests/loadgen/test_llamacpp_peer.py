@@ -173,6 +173,8 @@ def test_cli_against_llamacpp(llama_server: str, tmp_path: Path) -> None:
         "2",
         "--requests",
         "8",
+        "--runs",
+        "1",
         "--output-tokens",
         str(OUTPUT_TOKENS),
         "--prompt-tokens",

@@ -21,11 +21,13 @@ from gpuscout.measure.harness import BenchSettings, PlannedCase
 from gpuscout.measure.llm_finetune import plan_finetune_cases, run_finetune_case
 from gpuscout.measure.llm_inference import run_inference_case
 from gpuscout.measure.llm_setup import LlmCaseSpec, hashed_token, read_texts
-from gpuscout.results.schema import Case
+from gpuscout.measure.startup import startup_seconds
+from gpuscout.results.schema import Case, Metric
 from gpuscout.results.store import load_result, save_result
 from gpuscout.workload.flops import training_flops
 from gpuscout.workload.hf_config import config_with_depth, shape_from_hf_config
 from gpuscout.workload.job import FinetuneJob, InferenceJob, load_job, parse_job
+from gpuscout.workload.jobtime import checkpoint_saves
 
 EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 CONFIG: dict[str, Any] = json.loads((EXAMPLES / "tiny-llama" / "config.json").read_text())
@@ -90,12 +92,26 @@ def test_flash_attention_on_the_cpu_falls_back_to_sdpa_with_a_note() -> None:
     assert case.failure is None and any("'flash' requested" in n for n in case.notes)
 
 
-def test_projected_job_time_divides_by_the_data_parallel_ranks() -> None:
+def test_projected_job_time_divides_by_the_data_parallel_ranks_and_adds_the_startup() -> None:
     job = finetune(method="full", precision="fp32", gpus=4, dataset_tokens=1_000_000)
     case = run_finetune_case(spec(job))
     metrics = by_name(case)
     tokens_per_s = metrics["tokens_per_s"].samples[0]
-    assert metrics["job_s"].samples[0] == pytest.approx(1_000_000 / tokens_per_s / 4)
+    startup = startup_seconds(case.startup)
+    assert 0 < startup < metrics["job_s"].samples[0]
+    assert metrics["job_s"].samples[0] == pytest.approx(1_000_000 / tokens_per_s / 4 + startup)
+
+
+def test_checkpoint_saves_are_timed_and_counted_in_the_job_time() -> None:
+    job = finetune(method="lora", dataset_tokens=64_000, checkpoint_every_steps=10)
+    case = run_finetune_case(spec(job))
+    metrics = by_name(case)
+    save = metrics["checkpoint_save_s"].value
+    steps = metrics["step_s"].samples[0]
+    repeats = 64_000 / (job.micro_batch * job.seq_len)
+    saves = checkpoint_saves(job)
+    assert save > 0 and saves == int(repeats / job.grad_accum) // 10
+    assert metrics["job_s"].samples[0] == pytest.approx(repeats * steps + startup_seconds(case.startup) + saves * save)
 
 
 def test_depth_slicing_reports_measured_and_extrapolated_values() -> None:
@@ -176,13 +192,14 @@ def test_a_jsonl_line_without_text_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_inference_bench_at_two_concurrency_levels_round_trips(tmp_path: Path) -> None:
     job = load_job(EXAMPLES / "tiny-inference.toml")
-    result = run_bench(job, base_dir=EXAMPLES, settings=BenchSettings(device="cpu", warmup=1, repeats=2),
+    result = run_bench(job, base_dir=EXAMPLES, settings=BenchSettings(device="cpu", warmup=1, repeats=2, runs=2),
                        progress=False)
     assert result.kind == "inference" and result.complete
     assert [c.params["concurrency"] for c in result.cases] == [1, 4]
     for case in result.cases:
         assert case.failure is None and {m.name for m in case.metrics} >= INFERENCE_METRICS
-        assert all(len(m.samples) == 2 for m in case.metrics)
+        assert case.runs == 2 and all(len(m.samples) == 4 for m in case.metrics)
+        assert all([len(r.samples) for r in m.runs] == [2, 2] for m in case.metrics)
     fixed = result.fixed
     assert fixed.model_config_hash == hashlib.sha256(json.dumps(CONFIG, sort_keys=True).encode()).hexdigest()
     assert (fixed.data, fixed.seed, fixed.precision, fixed.device) == ("synthetic", 0, "fp32", "cpu")
@@ -215,9 +232,9 @@ def test_ctrl_c_between_cases_returns_what_finished(monkeypatch: pytest.MonkeyPa
             raise KeyboardInterrupt
         return _finished(case)
 
-    monkeypatch.setattr(bench, "run_isolated", fake_run_isolated)
+    monkeypatch.setattr(bench, "run_watched", fake_run_isolated)
     job = load_job(EXAMPLES / "tiny-inference.toml")
-    result = run_bench(job, base_dir=EXAMPLES, settings=FAST, progress=False)
+    result = run_bench(job, base_dir=EXAMPLES, settings=FAST.model_copy(update={"runs": 1}), progress=False)
     assert not result.complete
     assert [c.name for c in result.cases] == ["concurrency 1", "concurrency 4"]
     assert result.cases[0].failure is None
@@ -231,10 +248,46 @@ def test_ctrl_c_stops_the_remaining_cases(monkeypatch: pytest.MonkeyPatch) -> No
 
     plan = [PlannedCase("a", _finished, ("a",)), PlannedCase("b", interrupt, ("b",)),
             PlannedCase("c", _finished, ("c",))]
-    monkeypatch.setattr(bench, "run_isolated", lambda fn, *a, case, size, timeout_s: fn(*a))
-    cases, complete, notes = run_planned(plan, FAST, progress=False)
+    monkeypatch.setattr(bench, "run_watched", lambda fn, *a, case, size, timeout_s: fn(*a))
+    cases, complete, notes = run_planned(plan, FAST.model_copy(update={"runs": 1}), progress=False)
     assert [c.name for c in cases] == ["a", "b"] and not complete
-    assert notes == ["interrupted by Ctrl-C: 1 case(s) finished, 1 not run"]
+    assert notes == ["interrupted by Ctrl-C: 1 of 3 case runs finished"]
+
+
+def test_runs_are_interleaved_and_merged_per_case(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run 1: a, b; run 2: a, b; run 3: a, b — then one case per name with every run's samples."""
+    order: list[str] = []
+
+    def timed(name: str) -> Case:
+        order.append(name)
+        value = float(len(order))
+        return Case(name=name, params={}, metrics=(Metric(name="step_s", unit="s", value=value, samples=(value,
+                                                                                                           value)),))
+
+    plan = [PlannedCase("a", timed, ("a",)), PlannedCase("b", timed, ("b",))]
+    monkeypatch.setattr(bench, "run_watched", lambda fn, *a, case, size, timeout_s: fn(*a))
+    cases, complete, _ = run_planned(plan, FAST.model_copy(update={"runs": 3}), progress=False)
+    assert order == ["a", "b", "a", "b", "a", "b"] and complete
+    a = cases[0]
+    assert a.runs == 3 and [r.samples for r in a.metrics[0].runs] == [(1.0, 1.0), (3.0, 3.0), (5.0, 5.0)]
+    assert a.metrics[0].value == 3.0 and a.metrics[0].between_run_cv == pytest.approx(2 / 3)
+
+
+def test_an_interrupt_in_a_later_run_keeps_the_earlier_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[str] = []
+
+    def flaky(name: str) -> Case:
+        calls.append(name)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return Case(name=name, params={}, metrics=(Metric(name="step_s", unit="s", value=1.0, samples=(1.0, 1.0)),))
+
+    plan = [PlannedCase("a", flaky, ("a",)), PlannedCase("b", flaky, ("b",))]
+    monkeypatch.setattr(bench, "run_watched", lambda fn, *a, case, size, timeout_s: fn(*a))
+    cases, complete, notes = run_planned(plan, FAST.model_copy(update={"runs": 3}), progress=False)
+    assert not complete and [c.runs for c in cases] == [2, 2]
+    assert cases[1].failure is None and cases[1].failed_runs[0].kind == "interrupted"
+    assert notes == ["interrupted by Ctrl-C: 3 of 6 case runs finished"]
 
 
 def test_bench_without_a_job_or_probe_is_a_user_error() -> None:

@@ -19,6 +19,7 @@ from gpuscout.measure.image_bench import (
     plan_image_cases,
     run_image_case,
 )
+from gpuscout.measure.startup import startup_seconds
 from gpuscout.results.schema import Case
 from gpuscout.workload.image import image_component_configs, load_image_preset
 from gpuscout.workload.job import ImageJob, load_job
@@ -139,7 +140,8 @@ def test_tiny_case_reports_every_metric_with_raw_samples(tiny_case: Case) -> Non
                  + sum(metrics["denoiser_step_s"].samples[i * steps:(i + 1) * steps]))
         assert metrics["s_per_image"].samples[i] == pytest.approx(parts, rel=1e-9)
         assert metrics["images_per_s"].samples[i] == pytest.approx(1 / parts)
-        assert metrics["job_s"].samples[i] == pytest.approx(100 * parts)  # 100 images, batch 1
+        # 100 images, batch 1, plus the case's own start-up (workload/jobtime.py)
+        assert metrics["job_s"].samples[i] == pytest.approx(100 * parts + startup_seconds(tiny_case.startup))
     assert "2 pass(es)" in metrics["denoiser_step_s"].note
 
 

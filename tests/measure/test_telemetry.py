@@ -24,7 +24,6 @@ from pydantic import ValidationError
 from gpuscout.measure import gpu_telemetry as tm
 from gpuscout.measure.cpu_telemetry import CpuReading, CpuWatch, parse_proc_stat, summarize_cpu
 from gpuscout.measure.gpu_telemetry import (
-    GpuReading,
     GpuSampler,
     decode_reasons,
     reason_bits,
@@ -33,43 +32,7 @@ from gpuscout.measure.gpu_telemetry import (
 )
 from gpuscout.measure.telemetry import build_telemetry, telemetry_findings
 from gpuscout.results.schema import CpuTelemetry, Finding, GpuTelemetry, Telemetry
-
-OWN = 31337
-
-# --- recorded GPU readings -------------------------------------------------------------------------
-
-
-def h100(t: float, **changes: Any) -> GpuReading:
-    """An H100 SXM under load, at full boost, nothing else on it."""
-    base = GpuReading(t_s=t, own_pid=OWN, sm_clock_mhz=1980, mem_clock_mhz=2619, temperature_c=64,
-                      power_w=612.0, power_limit_w=700.0, power_default_limit_w=700.0, utilization_percent=99,
-                      reasons=frozenset(), pcie_gen=5, pcie_width_lanes=16, pcie_gen_max=5, pcie_width_max_lanes=16,
-                      pids=(OWN,))
-    return replace(base, **changes)
-
-
-def a100(t: float, **changes: Any) -> GpuReading:
-    base = GpuReading(t_s=t, own_pid=OWN, sm_clock_mhz=1410, mem_clock_mhz=1593, temperature_c=71,
-                      power_w=355.0, power_limit_w=400.0, power_default_limit_w=400.0, utilization_percent=100,
-                      reasons=frozenset(), pcie_gen=4, pcie_width_lanes=16, pcie_gen_max=4, pcie_width_max_lanes=16,
-                      pids=(OWN,))
-    return replace(base, **changes)
-
-
-def idle(make: Callable[..., GpuReading], t: float, **changes: Any) -> GpuReading:
-    """Model build / imports: GPU idle, clocks down, PCIe link trained down to gen1."""
-    return make(t, **{"utilization_percent": 0, "reasons": frozenset({"gpu_idle"}), "sm_clock_mhz": 345,
-                      "power_w": 72.0, "pcie_gen": 1, **changes})
-
-
-def run(make: Callable[..., GpuReading], busy: int, *, idle_first: int = 20,
-        episode: Iterable[int] | None = None, **during: Any) -> list[GpuReading]:
-    """`idle_first` idle samples, then `busy` busy ones; those whose busy index is in `episode`
-    (every busy one when None) get `during`."""
-    hit = set(range(busy) if episode is None else episode)
-    readings = [idle(make, 0.05 * i) for i in range(idle_first)]
-    readings += [make(0.05 * (idle_first + i), **(during if i in hit else {})) for i in range(busy)]
-    return readings
+from readings import OWN, THERMAL, a100, h100, idle, run
 
 
 def kinds(findings: Iterable[Finding]) -> dict[str, Finding]:
@@ -87,9 +50,7 @@ def test_a_clean_run_has_no_findings() -> None:
 
 
 def test_a_thermal_throttle_episode_is_flagged_with_its_share_and_clocks() -> None:
-    throttled: dict[str, Any] = {"reasons": frozenset({"hw_thermal_slowdown", "sw_thermal_slowdown", "hw_slowdown"}),
-                 "sm_clock_mhz": 1140, "temperature_c": 89}
-    gpu = summarize_gpu(run(a100, 100, episode=range(60, 95), **throttled))
+    gpu = summarize_gpu(run(a100, 100, episode=range(60, 95), **THERMAL))
     assert gpu.busy_samples == 100  # the 20 idle samples do not dilute the share
     assert gpu.thermal_fraction == pytest.approx(0.35)
     assert gpu.thermal_sm_clock_mhz == 1140

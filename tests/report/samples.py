@@ -14,7 +14,10 @@ from gpuscout import api
 from gpuscout.cost.load_cost import LoadCost, price_load
 from gpuscout.loadgen.search import SearchResult, SearchStep
 from gpuscout.results.schema import BenchResult, Case, Fingerprint, FixedVariables, Metric
-from results import A100, BASE_TPS, bench_result, failed_case, metric, train_case
+from results import A100, BASE_TPS, bench_result, failed_case, metric, runs_case
+
+# Three runs a side whose means drift a little, as on a real machine.
+DRIFT = (1.0, 0.99, 1.01)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -40,17 +43,19 @@ def pick_default() -> api.PickReport:
 
 
 def compare_two() -> api.CompareReport:
-    """An A100 at ~1000 tokens/s against an H100 at twice that, each priced on one offer."""
-    a = bench_result("A-a100", gpu=A100)
-    b = bench_result("B-h100", tps=[t * 2 for t in BASE_TPS])
+    """An A100 at ~1000 tokens/s against an H100 at twice that, three runs each, each priced on one offer."""
+    a = bench_result("A-a100", gpu=A100, cases=[runs_case([[t * d for t in BASE_TPS] for d in DRIFT], gpu="a100")])
+    b = bench_result("B-h100", cases=[runs_case([[t * 2 * d for t in BASE_TPS] for d in DRIFT[::-1]])])
     return api.compare([a, b], offers=PRICES, offer_ids=["runpod-a100", "lambda-h100"], today=TODAY)
 
 
 def bench_demo() -> BenchResult:
-    """A fine-tune bench on an H100: one measured case with an extrapolated metric, one out-of-memory case."""
+    """A fine-tune bench on an H100, three runs: one measured case with an extrapolated metric and a
+    thermal throttle in its second run, one out-of-memory case."""
     step = metric("step_s_full_depth", [0.82, 0.84, 0.81, 0.86, 0.83, 0.85, 0.80, 0.84], "s", higher=False,
                   extrapolated=True)
-    sliced = train_case(BASE_TPS, extra=(step,)).model_copy(update={"layers": 4, "full_layers": 32})
+    sliced = runs_case([[t * d for t in BASE_TPS] for d in DRIFT], extra=(step,), throttled_run=2).model_copy(
+        update={"layers": 4, "full_layers": 32})
     result = bench_result("demo-h100", cases=(sliced, failed_case("train micro_batch 8")), layers=4)
     machine = result.fingerprint.model_copy(update={"gpu_memory_bytes": 85_520_809_984, "ram_bytes": 2 * 1024**4})
     return result.model_copy(update={"fingerprint": machine, "notes": ("a fixed note for the golden test",)})

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gpuscout.errors import SpecError
-from gpuscout.results.compare import (
-    UnfairComparisonError,
-    compare_results,
-    headline_metric,
-)
+from gpuscout.results.compare import compare_results, headline_metric
+from gpuscout.results.fairness import UnfairComparisonError
 from gpuscout.results.verdict import CostPoint, decide
 
 from . import A100, BASE_TPS, GIB, bench_result, failed_case, metric, train_case
@@ -79,7 +78,25 @@ def test_fairness_diff_lists_exactly_the_changed_fields_and_refuses() -> None:
     seq = next(d for d in c.fairness.differences if d.field == "settings.seq_len")
     assert seq.values == ("512", "1024")
     # The machine is what is being compared: listed, never flagged.
-    assert {"gpu_name", "driver", "cuda"} <= {d.field for d in c.fairness.machine_differences}
+    assert {"gpu_name", "gpu_sku"} <= {d.field for d in c.fairness.machine_differences}
+
+
+@pytest.mark.parametrize(("field", "change"), [
+    ("cuda", {"gpu": A100 | {"cuda": "12.4"}}), ("driver", {"gpu": A100 | {"driver": "550.54"}}),
+])
+def test_cuda_and_driver_versions_are_fixed_variables(field: str, change: dict[str, Any]) -> None:
+    with pytest.raises(UnfairComparisonError, match=field):
+        compare_results([bench_result("A"), bench_result("B", **change)])
+
+
+@pytest.mark.parametrize("field", ["region", "billing", "checkpoint_hash"])
+def test_region_billing_and_checkpoint_are_fixed_variables(field: str) -> None:
+    a = bench_result("A")
+    b = bench_result("B")
+    b = b.model_copy(update={"fixed": b.fixed.model_copy(update={field: "other"})})
+    with pytest.raises(UnfairComparisonError, match=field):
+        compare_results([a, b])
+    assert decide(compare_results([a, b], allow_diff=True)).text.startswith("Caution")
 
 
 def test_allow_diff_names_a_winner_with_a_caution_and_never_without_it() -> None:

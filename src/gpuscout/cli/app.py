@@ -29,6 +29,9 @@ app = typer.Typer(
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 WideFlag = Annotated[bool, typer.Option("--wide", help="Every column, however wide the terminal.")]
+RunsOption = Annotated[int, typer.Option(help="Independent runs of every case, interleaved (fresh processes).")]
+RegionOption = Annotated[str | None, typer.Option(help="Region the machine was rented in (a fixed variable).")]
+BillingOption = Annotated[str | None, typer.Option(help="Billing type: on-demand, spot, reserved … (fixed).")]
 JobArg = Annotated[str | None, typer.Argument(
     metavar="JOB", help="Job spec (TOML path) or a shipped example's name; without it, the built-in default job.")]
 
@@ -175,16 +178,24 @@ def bench(
     dataset: Annotated[Path | None, typer.Option(help="Your data (JSONL/text) instead of synthetic tokens.")] = None,
     created_at: Annotated[str | None, typer.Option(help="When the machine was created (ISO time).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the synthetic data.")] = 0,
+    runs: RunsOption = 3,
+    region: RegionOption = None,
+    billing: BillingOption = None,
+    offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet holding this machine's offer.")] = None,
+    offer: Annotated[str | None, typer.Option("--offer", help="This machine's offer: its region and tier.")] = None,
     wide: WideFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Measure the job's real task on this machine: every case in its own process, fixed variables recorded.
 
-    Ctrl-C stops the run after killing the case in flight; what finished is still written
-    (complete=false), the tables go to stderr and the command exits 130 (128 + SIGINT).
+    Every case runs --runs times, each in a fresh process, interleaved with the other cases, so
+    compare can tell a real difference from drift. Ctrl-C, SIGTERM or SIGHUP stop the run after
+    killing the case in flight; what finished is still written (complete=false), the tables go to
+    stderr and the command exits 128 + the signal (130 for Ctrl-C).
     """
     from gpuscout import api
     from gpuscout.errors import SpecError
+    from gpuscout.hardware.price_sheet import where_rented
     from gpuscout.measure.harness import bench_settings
     from gpuscout.report.bench import bench_screen
     from gpuscout.report.payload import bench_payload
@@ -197,8 +208,9 @@ def bench(
     if dataset is not None and not dataset.is_file():
         raise SpecError(f"No dataset file at {dataset}.", "--dataset names the data to feed the model.",
                         'Pass a JSON Lines file with a "text" field per line, or a plain-text file.')
-    settings = bench_settings(device=device, warmup=warmup, repeats=repeats, layers=layers, seed=seed,
-                              dataset=str(dataset.resolve()) if dataset else None,
+    region, billing = where_rented(region, billing, offers, offer)
+    settings = bench_settings(device=device, warmup=warmup, repeats=repeats, layers=layers, seed=seed, runs=runs,
+                              region=region, billing=billing, dataset=str(dataset.resolve()) if dataset else None,
                               created_at=parse_time_s(created_at, "--created-at") if created_at else None)
     report = api.bench(job, settings=settings, probe=probe, output=output, progress=True)
     screen = bench_screen(report.result, report.estimate, report.output, wide=wide)
@@ -216,19 +228,29 @@ def compare(
     fmt: Annotated[str, typer.Option("--format", help="table | md | json.")] = "table",
     allow_diff: Annotated[bool, typer.Option("--allow-diff", help="Compare although fixed variables differ.")] = False,
     fx: Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit.")] = None,
+    min_effect: Annotated[float, typer.Option(help="Smaller differences are no meaningful difference.")] = 0.05,
+    noise_floor: Annotated[float, typer.Option(help="With one run on a side, smaller differences name no winner.")]
+    = 0.25,
     wide: WideFlag = False,
 ) -> None:
-    """Compare results side by side: fairness check, ratios with 95% CIs, cost per job, and a verdict."""
+    """Compare results side by side: fairness check, ratios with 95% CIs, cost per job, and a verdict.
+
+    A winner is named only when the evidence carries it: equal fixed variables, no disturbance in
+    the telemetry, steady runs, a 95% interval (over runs, then samples) that excludes 1, an effect
+    of at least --min-effect, and, when a side ran once, at least --noise-floor.
+    """
     from gpuscout import api
     from gpuscout.errors import SpecError
     from gpuscout.report.compare import render_json, render_markdown, render_table
+    from gpuscout.results.ratios import compare_options
 
     renderers: dict[str, Callable[..., Any]] = {"table": partial(render_table, wide=wide), "md": render_markdown,
                                                 "json": render_json}
     if fmt not in renderers:
         raise SpecError(f"Unknown format {fmt!r}.", "compare writes a rich table, Markdown or JSON.",
                         "Use --format table, md or json.")
-    report = api.compare(results, offers=offers, offer_ids=offer or (), allow_diff=allow_diff, fx=fx or ())
+    report = api.compare(results, offers=offers, offer_ids=offer or (), allow_diff=allow_diff, fx=fx or (),
+                         options=compare_options(min_effect=min_effect, noise_floor=noise_floor))
     out = renderers[fmt](report.comparison, report.verdict, report.costs, notes=report.warnings, rates=report.rates)
     if isinstance(out, str):
         sys.stdout.write(out if out.endswith("\n") else out + "\n")
@@ -266,6 +288,9 @@ def load(
     tpot_p95: Annotated[float | None, typer.Option(help="SLO: P95 TPOT, s.")] = None,
     e2e_p95: Annotated[float | None, typer.Option(help="SLO: P95 end-to-end latency, s.")] = None,
     percentile: Annotated[float, typer.Option(help="Percentile the validity gate needs samples for.")] = 95.0,
+    runs: RunsOption = 3,
+    region: RegionOption = None,
+    billing: BillingOption = None,
     offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet to take --offer from.")] = None,
     offer: Annotated[str | None, typer.Option("--offer", help="Offer id of the server machine.")] = None,
     usd_per_hour: Annotated[float | None, typer.Option(help="Server price, USD per hour.")] = None,
@@ -281,6 +306,7 @@ def load(
     128 + the signal), and SIGKILL loses at most the level in flight.
     """
     from gpuscout import api
+    from gpuscout.hardware.price_sheet import where_rented
     from gpuscout.loadgen.plan import make_plan, parse_levels
     from gpuscout.report.load import load_progress, load_screen, load_warnings
     from gpuscout.report.payload import load_payload
@@ -289,13 +315,14 @@ def load(
 
     slo = Slo(ttft_p95_s=ttft_p95, tpot_p95_s=tpot_p95, e2e_p95_s=e2e_p95) if (ttft_p95 or tpot_p95 or e2e_p95) \
         else None
+    where = where_rented(region, billing, offers, offer)
     plan = make_plan(url=url, model=model, endpoint=endpoint, stream=not no_stream, concurrency=concurrency, rate=rate,
                      arrival=arrival, burstiness=burstiness, requests=requests,
                      duration_s=parse_duration_s(duration) if duration else None, warmup=warmup,
                      prompt_tokens=prompt_tokens, prompt_dist=prompt_dist, prompt_spread=prompt_spread,
                      output_tokens=output_tokens, dataset=dataset, tokenizer=tokenizer, seed=seed,
                      api_key_env=api_key_env, timeout_s=timeout, sweep=parse_levels(sweep) if sweep else (),
-                     search=search, slo=slo, percentile=percentile)
+                     search=search, slo=slo, percentile=percentile, runs=runs, region=where[0], billing=where[1])
     report = api.load(plan, output=output, offers=offers, offer=offer, usd_per_hour=usd_per_hour,
                       progress=load_progress if sys.stderr.isatty() else None)
     err = Console(stderr=True)

@@ -1,18 +1,21 @@
-"""Total job cost from a MEASURED throughput: the whole job's work time on each machine, billed.
+"""Total job cost from a MEASUREMENT: the whole job's time on each machine, billed.
 
-The work time of the whole job is its size over the throughput measured at the job's own settings
-(`results.compare.headline_metric`):
+The whole job's time is the one `gpuscout bench` reports (`job_s`, workload/jobtime.py): repeats
+of the job's own work × the mean time per repeat, plus the measured start-up and checkpoint
+saves, on the case at the job's own settings (`results.compare.headline_metric`); a depth-sliced
+result uses its extrapolated figure. For a load test, or a result without `job_s`, it is the
+job's size over the measured throughput:
 
     fine-tune   dataset_tokens × epochs / tokens_per_s / data-parallel ranks (gpus / tensor_parallel)
     inference   requests / requests_per_s                     (or requests × output_tokens / output_tokens_per_s)
     image       images / images_per_s
 
 The bench measures one device; a multi-GPU fine-tune is projected linearly over its data-parallel
-ranks, as the bench's own `job_s` is. A depth-sliced result uses its extrapolated throughput.
-The time is then billed with the offer's rules (`billing.price_job`: startup, idle tail,
-increments, minimums, storage, spot), converted to USD with the sheet's or the command line's
-rates, and divided into per-unit costs (`pick.unit_costs`). The throughput's 95% CI gives a cost
-range, which the verdict uses to tell a measurable cost difference from noise.
+ranks. The time is then billed with the offer's rules (`billing.price_job`: startup, idle tail,
+increments, minimums, storage, spot), runs that failed are billed as failed attempts, amounts are
+converted to USD with the sheet's or the command line's rates, and divided into per-unit costs
+(`pick.unit_costs`). The 95% interval of the time (two-level, over runs) gives a cost range,
+which the verdict uses to tell a measurable cost difference from noise.
 
 The measured throughput is not rescaled to the offer's GPU count: inference and image benches
 measure one device and no replicas are assumed (a warning says so).
@@ -33,8 +36,10 @@ from gpuscout.hardware.currency import ExchangeRate, to_usd
 from gpuscout.hardware.offers import Offer, is_stale
 from gpuscout.hardware.price_sheet import PriceSheet, find_offer
 from gpuscout.results.compare import headline_metric
-from gpuscout.results.schema import BenchResult
+from gpuscout.results.runs import metric_runs
+from gpuscout.results.schema import BenchResult, Metric
 from gpuscout.results.verdict import CostPoint
+from gpuscout.stats import mean_ci
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, parse_job
 
 
@@ -76,10 +81,18 @@ class MeasuredCost(_Frozen):
     low_usd: float | None  # bill at the fast end of the throughput's 95% CI
     high_usd: float | None  # … and at the slow end
     unit_costs_usd: dict[str, float]
+    failed_runs: int = 0  # runs of the job's case that failed (billed as failed attempts)
+    runs: int = 1
     warnings: tuple[str, ...]
 
 
 def measured_work(result: BenchResult) -> MeasuredWork:
+    """The whole job's time on the machine that measured `result`, with its 95% interval.
+
+    A bench result carries the whole-job time itself (`job_s`, workload/jobtime.py: repeats × mean
+    repeat time + start-up + checkpoint saves), the figure `gpuscout bench` shows; a load test (or a
+    result from before `job_s`) gives a throughput, and the job takes its units over it.
+    """
     job = parse_job(dict(result.job), origin=f"{result.name}: the job recorded in the result")
     case, metric = headline_metric(result)
     if not metric.value > 0:
@@ -87,20 +100,35 @@ def measured_work(result: BenchResult) -> MeasuredWork:
                         "The whole job's time is its work divided by the throughput measured at the job's size.",
                         "Check the result's cases and notes (a stalled or failing run measures no work); re-run "
                         "`gpuscout bench`.")
-    units, unit, formula = job_units(job, metric.name.removesuffix("_full_depth"))
-    low = high = None
-    if metric.summary is not None and metric.summary.n > 1 and metric.summary.ci95_low > 0:
-        low, high = metric.summary.ci95_low, metric.summary.ci95_high
+    low, high = _interval(metric)
     label = f"{metric.name}{' (extrapolated to full depth)' if metric.extrapolated else ''}"
+    runs = f", mean of {len(metric.runs)} runs" if len(metric.runs) > 1 else ""
+    if metric.name.removesuffix("_full_depth") == "job_s":
+        return MeasuredWork(case=case.name, metric=metric.name, extrapolated=metric.extrapolated,
+                            throughput=1 / metric.value, throughput_low=1 / high if high else None,
+                            throughput_high=1 / low if low else None, units=1.0, unit="jobs", work_s=metric.value,
+                            work_low_s=low, work_high_s=high,
+                            formula=f"measured {label} {metric.value:,.0f} s{runs} "
+                                    f"({metric.note.removeprefix('projected: ')})")
+    units, unit, formula = job_units(job, metric.name.removesuffix("_full_depth"))
     return MeasuredWork(case=case.name, metric=metric.name, extrapolated=metric.extrapolated,
                         throughput=metric.value, throughput_low=low, throughput_high=high, units=units, unit=unit,
                         work_s=units / metric.value, work_low_s=units / high if high else None,
                         work_high_s=units / low if low else None,
-                        formula=f"{formula} / measured {label} {metric.value:.4g} {metric.unit}")
+                        formula=f"{formula} / measured {label} {metric.value:.4g} {metric.unit}{runs}")
+
+
+def _interval(metric: Metric) -> tuple[float | None, float | None]:
+    """95% interval of the metric's mean (two-level over runs), when it was measured repeatedly."""
+    runs = metric_runs(metric)
+    if len(runs) < 2 and len(runs[0]) < 2:
+        return None, None
+    low, high = mean_ci(runs)
+    return (low, high) if low > 0 else (None, None)
 
 
 def job_units(job: FinetuneJob | InferenceJob | ImageJob, metric: str) -> tuple[float, str, str]:
-    """The whole job's size in the units of `metric`, the unit's name, and the formula."""
+    """The whole job's size in the units of a throughput `metric`, the unit's name, and the formula."""
     match job, metric:
         case FinetuneJob(), "tokens_per_s":
             return (job.dataset_tokens * job.epochs / _ranks(job), "training tokens per data-parallel rank",
@@ -133,9 +161,16 @@ def _per_rank(job: FinetuneJob) -> str:
 
 def price_measured(result: BenchResult, offer: Offer, *, rates: Sequence[ExchangeRate] = (), today: date,
                    options: CostOptions | None = None) -> MeasuredCost:
-    """The whole bill for the job on `offer` at the throughput `result` measured, in USD."""
+    """The whole bill for the job on `offer` at the throughput `result` measured, in USD.
+
+    Runs of the job's case that failed (out of memory, a crash, a timeout) are billed as failed
+    attempts at the rate they happened: with f of the runs failing, f / (1 − f) failed attempts
+    are expected before one succeeds (docs/cost.md §2.9).
+    """
     work = measured_work(result)
     job = parse_job(dict(result.job), origin=f"{result.name}: the job recorded in the result")
+    failures = measured_failures(result, work.case)
+    options = _with_failures(options, failures)
     cost = price_job(offer, work.work_s, options)
     total, p95 = (to_usd(x, offer.currency, rates) for x in (cost.total, cost.total_p95))
     low = high = None
@@ -146,7 +181,24 @@ def price_measured(result: BenchResult, offer: Offer, *, rates: Sequence[Exchang
                         gpu_count=offer.gpu_count, currency=offer.currency, observed_at=offer.observed_at,
                         stale=is_stale(offer, today), example=offer.example,
                         work=work, cost=cost, total_usd=total, total_p95_usd=p95, low_usd=low, high_usd=high,
-                        unit_costs_usd=unit_costs(job, total), warnings=offer_warnings(result, job, offer))
+                        unit_costs_usd=unit_costs(job, total), failed_runs=failures[0], runs=failures[1],
+                        warnings=offer_warnings(result, job, offer))
+
+
+def measured_failures(result: BenchResult, case_name: str) -> tuple[int, int]:
+    """(failed runs, runs) of the case that measured the job: crashes, OOMs and timeouts, not interruptions."""
+    case = next(c for c in result.cases if c.name == case_name)
+    failed = [f for f in (*([case.failure] if case.failure else []), *case.failed_runs) if f.kind != "interrupted"]
+    return len(failed), case.runs
+
+
+def _with_failures(options: CostOptions | None, failures: tuple[int, int]) -> CostOptions:
+    base = options or CostOptions()
+    failed, runs = failures
+    if not failed or failed >= runs:
+        return base
+    share = failed / runs
+    return base.model_copy(update={"failed_attempts": base.failed_attempts + share / (1 - share)})
 
 
 def offer_warnings(result: BenchResult, job: FinetuneJob | InferenceJob | ImageJob, offer: Offer) -> tuple[str, ...]:

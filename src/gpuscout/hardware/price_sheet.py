@@ -186,3 +186,18 @@ def find_offer(sheet: PriceSheet, offer_id: str) -> Offer:
     raise UnknownNameError(f"No offer {offer_id!r} in {sheet.path}.",
                            "Offers are picked by the `id` of an [[offer]] in the price sheet.",
                            (f"Did you mean {', '.join(close)}? " if close else "") + f"Ids: {shown}.")
+
+
+def where_rented(region: str | None, billing: str | None, offers: Path | None,
+                 offer: str | None) -> tuple[str | None, str | None]:
+    """Region and billing type as the user gave them, else from the offer the machine was rented under.
+
+    Both are fixed variables of a bench or load result (docs/measurement.md §1.1).
+    """
+    if offer is None:
+        return region, billing
+    if offers is None:
+        raise SpecError("--offer needs --offers.", "The offer id is looked up in a price sheet.",
+                        "Pass --offers PRICES.toml --offer ID, or --region and --billing.")
+    rented = find_offer(load_price_sheet(offers), offer)
+    return region or rented.region or None, billing or rented.tier

@@ -51,6 +51,11 @@ class LoadPlan(BaseModel):
     search: bool = False  # find the most load meeting the SLO's P95 targets
     slo: Slo | None = None
     percentile: float = Field(95.0, gt=0, lt=100)  # the percentile the validity gate needs samples for
+    # Independent runs of every level, each a fresh client, interleaved across a sweep's levels:
+    # compare needs the variation between runs to tell a real difference from drift.
+    runs: int = Field(3, ge=1, le=100)
+    region: str | None = Field(None, max_length=200)  # where the server was rented (a fixed variable)
+    billing: str | None = Field(None, max_length=200)  # on-demand / spot / reserved … (a fixed variable)
 
     @model_validator(mode="after")
     def _consistent(self) -> LoadPlan:

@@ -37,7 +37,8 @@ def measure_case(url: str, model: str, workload: Workload, shape: LoadShape, *, 
 
 def build_result(*, url: str, model: str, workload: Workload, workload_hash: str | None, cases: list[Case],
                  shapes: list[LoadShape], endpoint: Endpoint, stream: bool, notes: tuple[str, ...] = (),
-                 name: str | None = None, complete: bool = True) -> BenchResult:
+                 name: str | None = None, complete: bool = True, region: str | None = None,
+                 billing: str | None = None) -> BenchResult:
     """The result of a load test; `url` must already be redacted (`client.endpoint_url`)."""
     first = shapes[0]
     out_tokens = sorted({p.output_tokens for p in workload.prompts})
@@ -51,7 +52,7 @@ def build_result(*, url: str, model: str, workload: Workload, workload_hash: str
     fixed = FixedVariables(kind="load", model=model, model_config_hash=_sha256(model.encode()), data=workload.source,
                            data_hash=workload_hash or _sha256(workload.model_dump_json().encode()), seed=workload.seed,
                            precision="server-defined", device="remote", warmup=first.warmup_requests, repeats=1,
-                           settings=settings)
+                           settings=settings, region=region, billing=billing)
     job: dict[str, Any] = {"url": url, "model": model, "endpoint": endpoint, "stream": stream}
     return BenchResult(kind="load", created_at=datetime.now(UTC), name=name or f"load {model} @ {url}", job=job,
                        fixed=fixed, fingerprint=client_fingerprint(), cases=tuple(cases), notes=notes,

@@ -3,11 +3,12 @@
 The result (kind "load", one case per measured level) is built by `run.build_result`. Nothing that
 was measured is lost:
 
-* after each completed level `checkpoint` receives the result so far (complete=False), so a caller
-  that writes it loses at most the level in flight, even to SIGKILL;
-* Ctrl-C, SIGTERM or SIGHUP (a KeyboardInterrupt, `interrupts.stop_on_signals`) end the run: the
-  requests of the level in flight that had finished become one more case, marked interrupted (and
-  so invalid), and the result says complete=False (`LoadOutcome.interrupted`).
+* after each completed run of a level `checkpoint` receives the result so far (complete=False), so a
+  caller that writes it loses at most the run in flight, even to SIGKILL;
+* Ctrl-C, SIGTERM or SIGHUP (a KeyboardInterrupt, `interrupts.stop_on_signals`) end the run: when
+  the level in flight has no complete run, its finished requests become its case, marked
+  interrupted (and so invalid); otherwise its complete runs stand. The result says complete=False
+  (`LoadOutcome.interrupted`).
 
 With an output path the workload is saved next to it as FILE.workload.json and its sha256 recorded,
 so the run can be repeated exactly. It is written with the first result handed out (a checkpoint or
@@ -29,8 +30,9 @@ from gpuscout.loadgen.metrics import mark_interrupted, summarize_load
 from gpuscout.loadgen.plan import LoadPlan, shape_at
 from gpuscout.loadgen.run import build_result, file_sha256, measure_case
 from gpuscout.loadgen.schedule import LoadShape
-from gpuscout.loadgen.search import SearchResult, search_max_load, sweep
+from gpuscout.loadgen.search import SearchResult, search_max_load
 from gpuscout.loadgen.workload import Workload, dataset_workload, save_workload, synthetic_workload
+from gpuscout.results.runs import merge_runs
 from gpuscout.results.schema import BenchResult, Case
 
 # A progress display for one level: a context giving the client's progress callback (or None).
@@ -53,64 +55,104 @@ def run_plan(plan: LoadPlan, *, output: Path | None = None, progress: ProgressFa
              checkpoint: Checkpoint | None = None) -> LoadOutcome:
     """Measure the plan against its endpoint; the workload is saved beside `output` when given.
 
-    `checkpoint` gets the result so far after every completed level. An interrupt is not raised: the
-    outcome says `interrupted` and its result holds the finished levels and requests.
+    Every level runs `plan.runs` times, each a fresh client; a sweep interleaves them (run 1: every
+    level; run 2: every level …) so a slow period of the server hits every level, and the runs of
+    a level are merged into one case (`results.runs.merge_runs`). `checkpoint` gets the result so
+    far after every completed run of a level. An interrupt is not raised: the outcome says
+    `interrupted` and its result holds the finished runs (and requests).
     """
-    workload = build_workload(plan)
-    url = endpoint_url(plan.url, plan.endpoint)
-    shapes: list[LoadShape] = []
-    cases: list[Case] = []
-    saved: list[str | None] = []  # the workload file's sha256, once written
+    session = _Session(plan, build_workload(plan), output, progress, checkpoint)
+    try:
+        found = _measure(plan, session)
+    except KeyboardInterrupt as stop:
+        return session.interrupted(stop)
+    return LoadOutcome(result=session.result(True), search=found)
 
-    def result(complete: bool, notes: tuple[str, ...] = ()) -> BenchResult:
-        if cases and not saved:
-            saved.append(_save_workload(workload, output))
-        return build_result(url=url, model=plan.model, workload=workload, workload_hash=saved[0] if saved else None,
-                            cases=cases, shapes=shapes[:len(cases)] or shapes[:1] or [_first_shape(plan)],
-                            endpoint=plan.endpoint, stream=plan.stream, notes=notes, complete=complete)
 
-    def run_one(shape: LoadShape) -> Case:
-        shapes.append(shape)
-        with progress(shape) if progress else nullcontext() as update:
-            case = measure_case(plan.url, plan.model, workload, shape, endpoint=plan.endpoint, stream=plan.stream,
-                                api_key_env=plan.api_key_env, timeout_s=plan.request_timeout_s, slo=plan.slo,
-                                percentile=plan.percentile, progress=update)[1]
-        cases.append(case)
-        if checkpoint is not None:
-            checkpoint(result(False, (f"partial: {len(cases)} level(s) measured so far; the run has not "
-                                      "finished",)))
+class _Session:
+    """The runs measured so far, by level, and the result they make."""
+
+    def __init__(self, plan: LoadPlan, workload: Workload, output: Path | None, progress: ProgressFactory | None,
+                 checkpoint: Checkpoint | None) -> None:
+        self.plan, self.workload, self.output = plan, workload, output
+        self.progress, self.checkpoint = progress, checkpoint
+        self.url = endpoint_url(plan.url, plan.endpoint)
+        self.runs: dict[float, list[Case]] = {}  # level → its runs, in the order first measured
+        self.shapes: dict[float, LoadShape] = {}
+        self.in_flight: LoadShape | None = None
+        self.saved: list[str | None] = []  # the workload file's sha256, once written
+
+    def cases(self) -> list[Case]:
+        return [merge_runs(runs) for runs in self.runs.values()]
+
+    def result(self, complete: bool, notes: tuple[str, ...] = ()) -> BenchResult:
+        cases = self.cases()
+        if cases and not self.saved:
+            self.saved.append(_save_workload(self.workload, self.output))
+        return build_result(url=self.url, model=self.plan.model, workload=self.workload,
+                            workload_hash=self.saved[0] if self.saved else None, cases=cases,
+                            shapes=[self.shapes[level] for level in self.runs] or [_first_shape(self.plan)],
+                            endpoint=self.plan.endpoint, stream=self.plan.stream, notes=notes, complete=complete,
+                            region=self.plan.region, billing=self.plan.billing)
+
+    def run_once(self, level: float) -> Case:
+        """One run of one level, kept and checkpointed."""
+        shape = self.shapes.setdefault(level, shape_at(self.plan, level))
+        self.in_flight = shape
+        plan = self.plan
+        with self.progress(shape) if self.progress else nullcontext() as update:
+            case = measure_case(plan.url, plan.model, self.workload, shape, endpoint=plan.endpoint,
+                                stream=plan.stream, api_key_env=plan.api_key_env, timeout_s=plan.request_timeout_s,
+                                slo=plan.slo, percentile=plan.percentile, progress=update)[1]
+        self.in_flight = None
+        self.runs.setdefault(level, []).append(case)
+        if self.checkpoint is not None:
+            done = sum(len(r) for r in self.runs.values())
+            self.checkpoint(self.result(False, (f"partial: {done} run(s) of {len(self.runs)} level(s) measured so "
+                                                "far; the run has not finished",)))
         return case
 
-    try:
-        found = _measure(plan, run_one)
-    except KeyboardInterrupt as stop:
-        complete_levels = len(cases)
+    def run_level(self, shape: LoadShape) -> Case:
+        """Every run of one level, back to back (an SLO search needs the level's verdict at once)."""
+        level = float(shape.concurrency if shape.concurrency is not None else shape.rate_rps or 0)
+        for _ in range(self.plan.runs):
+            self.run_once(level)
+        return merge_runs(self.runs[level])
+
+    def interrupted(self, stop: KeyboardInterrupt) -> LoadOutcome:
         how = signal.Signals(getattr(stop, "signum", None) or signal.SIGINT).name
         run = stop.run if isinstance(stop, LoadInterrupted) else None
-        if run is not None and len(shapes) > len(cases):
-            case = summarize_load(run, slo=plan.slo, percentile_needed=plan.percentile)
+        levels = len(self.runs)
+        kept = ""
+        if run is not None and self.in_flight is not None:
+            level = float(self.in_flight.concurrency or self.in_flight.rate_rps or 0)
             finished = sum(1 for r in run.records if not r.warmup)
-            cases.append(mark_interrupted(case, f"interrupted by {how} with {finished} request(s) finished"))
-        note = (f"interrupted by {how}: {complete_levels} level(s) complete"
-                + (", the level in flight kept with its finished requests" if len(cases) > complete_levels else ""))
-        return LoadOutcome(result=result(False, (note,)), interrupted=True)
-    return LoadOutcome(result=result(True), search=found)
+            if level not in self.runs:  # the level's only data: keep it, marked (and so invalid)
+                case = summarize_load(run, slo=self.plan.slo, percentile_needed=self.plan.percentile)
+                self.runs[level] = [mark_interrupted(case, f"interrupted by {how} with {finished} request(s) finished")]
+                kept = ", the level in flight kept with its finished requests"
+            else:  # its complete runs stand; the cut-short one would bias them
+                kept = f", the run in flight dropped ({finished} request(s) finished; the level's earlier runs stand)"
+        note = f"interrupted by {how}: {levels} level(s) with at least one complete run{kept}"
+        return LoadOutcome(result=self.result(False, (note,)), interrupted=True)
 
 
-def _measure(plan: LoadPlan, run_one: Callable[[LoadShape], Case]) -> SearchResult | None:
+def _measure(plan: LoadPlan, session: _Session) -> SearchResult | None:
     def make_shape(level: float) -> LoadShape:
         return shape_at(plan, level)
 
     if plan.sweep:
-        sweep(list(plan.sweep), make_shape, run_one)
+        for _ in range(plan.runs):  # interleaved: run 1 of every level, then run 2 …
+            for level in plan.sweep:
+                session.run_once(level)
         return None
     if plan.search:
         assert plan.slo is not None  # LoadPlan refuses a search without targets
         hi = plan.level if plan.level is not None else SEARCH_CEILING
         lo = 1 if plan.closed_loop else hi / 16
-        return search_max_load(run_one, make_shape, slo=plan.slo, lo=lo, hi=hi, steps=SEARCH_STEPS,
+        return search_max_load(session.run_level, make_shape, slo=plan.slo, lo=lo, hi=hi, steps=SEARCH_STEPS,
                                latency_from="intended")
-    run_one(make_shape(plan.level if plan.level is not None else 1))
+    session.run_level(make_shape(plan.level if plan.level is not None else 1))
     return None
 
 

@@ -31,13 +31,15 @@ from typing import Any
 from gpuscout.errors import GpuscoutError
 from gpuscout.interrupts import TerminationRequest
 from gpuscout.measure.fingerprint import collect_fingerprint
-from gpuscout.measure.harness import BenchSettings, PlannedCase, failed_case, resolve_device, run_isolated
+from gpuscout.measure.harness import BenchSettings, PlannedCase, failed_case, resolve_device, run_watched
 from gpuscout.measure.image_bench import plan_image_cases
 from gpuscout.measure.llm_finetune import FINETUNE_UNIT_NOTE, plan_finetune_cases
 from gpuscout.measure.llm_inference import FRAMEWORK_LOOP_NOTE, concurrency_levels, plan_inference_cases
 from gpuscout.measure.llm_setup import LlmCaseSpec
 from gpuscout.measure.probes import plan_probe_cases
+from gpuscout.results.runs import merge_runs
 from gpuscout.results.schema import BenchResult, Case, FixedVariables, ResultKind, Scalar
+from gpuscout.workload.checkpoint import checkpoint_hash
 from gpuscout.workload.hf_config import config_depth, shape_from_hf_config
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
 from gpuscout.workload.resolve import llm_config, resolve_image
@@ -103,29 +105,40 @@ def plan_cases(job: Job | None, model: _ModelRef, *, settings: BenchSettings, de
 
 def run_planned(plan: list[PlannedCase], settings: BenchSettings, *, progress: bool = True,
                 on_case: Callable[[list[Case]], None] | None = None) -> tuple[list[Case], bool, list[str]]:
-    """Run every planned case in its own process: (cases, complete, notes).
+    """Run every planned case `settings.runs` times, each in its own process: (cases, complete, notes).
 
-    Ctrl-C, SIGTERM or SIGHUP (raised as KeyboardInterrupt, `interrupts.stop_on_signals`) kill the
-    case in flight and return early with what finished; `on_case` sees the cases after each one.
+    Runs are interleaved (run 1: every case; run 2: every case …) so that a slow period of the
+    machine hits every case alike, and merged per case (`results.runs.merge_runs`). Ctrl-C,
+    SIGTERM or SIGHUP (raised as KeyboardInterrupt, `interrupts.stop_on_signals`) kill the case in
+    flight and return early with what finished; `on_case` sees the merged cases after each run of
+    a case.
     """
-    cases: list[Case] = []
-    with _progress_bar(len(plan), enabled=progress) as advance:
-        for index, planned in enumerate(plan):
-            try:
-                advance(planned.name, False)
-                case = run_isolated(planned.fn, *planned.args, case=planned.name, size=planned.size,
-                                    timeout_s=settings.timeout_s)
-            except KeyboardInterrupt as stop:
-                how = _stopped_by(stop)
-                cases.append(failed_case(planned.name, planned.size, "interrupted",
-                                         f"stopped by {how} while this case ran", 0.0))
-                skipped = len(plan) - index - 1
-                return cases, False, [f"interrupted by {how}: {index} case(s) finished, {skipped} not run"]
-            cases.append(case)
-            if on_case is not None:
-                on_case(cases)
-            advance(planned.name, True)
-    return cases, True, []
+    done: list[list[Case]] = [[] for _ in plan]
+    runs = settings.runs
+    with _progress_bar(len(plan) * runs, enabled=progress) as advance:
+        for run in range(runs):
+            for index, planned in enumerate(plan):
+                label = planned.name + (f" (run {run + 1} of {runs})" if runs > 1 else "")
+                try:
+                    advance(label, False)
+                    case = run_watched(planned.fn, *planned.args, case=planned.name, size=planned.size,
+                                       timeout_s=settings.timeout_s)
+                except KeyboardInterrupt as stop:
+                    how = _stopped_by(stop)
+                    done[index].append(failed_case(planned.name, planned.size, "interrupted",
+                                                   f"stopped by {how} while run {run + 1} of this case ran", 0.0))
+                    finished = run * len(plan) + index
+                    return _merged(done), False, [f"interrupted by {how}: {finished} of {len(plan) * runs} "
+                                                  "case runs finished"]
+                done[index].append(case)
+                if on_case is not None:
+                    on_case(_merged(done))
+                advance(label, True)
+    return _merged(done), True, []
+
+
+def _merged(done: list[list[Case]]) -> list[Case]:
+    return [merge_runs(runs) for runs in done if runs]
 
 
 def _stopped_by(stop: KeyboardInterrupt) -> str:
@@ -207,6 +220,9 @@ def fixed_variables(job: Job | None, model: _ModelRef, settings: BenchSettings, 
         repeats=settings.repeats,
         layers=layers,
         settings={**_case_params(job, settings), **_cpu_threads(settings.device), **({"probe": True} if probe else {})},
+        region=settings.region,
+        billing=settings.billing,
+        checkpoint_hash=checkpoint_hash(Path(model.model_dir)) if model.weights and model.model_dir else None,
     )
 
 

@@ -35,8 +35,7 @@ _SMI_FIELDS = ("name", "memory.total", "driver_version", "clocks.max.sm", "clock
                "pcie.link.gen.max", "pcie.link.width.max", "mig.mode.current", "ecc.mode.current", "compute_cap")
 
 
-def collect_fingerprint(device: str, *, disk_path: Path | None = None, region: str | None = None,
-                        billing: str | None = None) -> Fingerprint:
+def collect_fingerprint(device: str, *, disk_path: Path | None = None) -> Fingerprint:
     """Describe this machine; `device` is the resolved bench device ("cuda" or "cpu")."""
     gpu = _gpu_facts() if device == "cuda" else {}
     return Fingerprint(
@@ -49,8 +48,6 @@ def collect_fingerprint(device: str, *, disk_path: Path | None = None, region: s
         disk_free_bytes=_disk_free(disk_path or Path.cwd()),
         libraries=library_versions(),
         cuda=_torch_cuda_version(),
-        region=region,
-        billing=billing,
         **gpu,
     )
 

@@ -26,7 +26,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuscout.errors import SpecError, UnsupportedHere
-from gpuscout.results.schema import Case, Failure, FailureKind, Metric, Scalar
+from gpuscout.measure.telemetry import CpuWatch, GpuSampler, build_telemetry
+from gpuscout.results.schema import Case, Failure, FailureKind, Metric, Scalar, Telemetry
 from gpuscout.stats import summarize
 
 CaseFn = Callable[..., Case]
@@ -46,6 +47,12 @@ class BenchSettings(BaseModel):
     dataset: str | None = None  # a JSONL/text file of the user's data; None = synthetic seeded tokens
     created_at: float | None = None  # epoch seconds the machine was created (startup "since creation")
     timeout_s: float = Field(1800.0, gt=0)  # per case
+    # Independent runs of every case, each in a fresh process, interleaved with the other cases
+    # (run 1: A, B; run 2: A, B …) so a slow period hits every case; compare needs the variation
+    # between runs to tell a real difference from drift (docs/measurement.md §1.4).
+    runs: int = Field(3, ge=1, le=100)
+    region: str | None = Field(None, max_length=200)  # where the machine was rented (a fixed variable)
+    billing: str | None = Field(None, max_length=200)  # on-demand / spot / reserved … (a fixed variable)
 
 
 def bench_settings(**options: Any) -> BenchSettings:
@@ -66,6 +73,18 @@ class PlannedCase:
     fn: CaseFn
     args: tuple[Any, ...]
     size: dict[str, Scalar] = field(default_factory=dict)  # what to record if it fails
+
+
+def run_watched(fn: CaseFn, *args: Any, case: str, size: dict[str, Scalar], timeout_s: float = 3600.0) -> Case:
+    """`run_isolated`, with the machine watched while it runs: the case's telemetry and its findings
+    (GPU from the case process, CPU from here, docs/measurement.md §1.13)."""
+    with CpuWatch() as watch:
+        result = run_isolated(fn, *args, case=case, size=size, timeout_s=timeout_s)
+    gpu = result.telemetry[0].gpu if result.telemetry else None
+    cpu = watch.result()
+    if gpu is None and cpu is None:
+        return result
+    return result.model_copy(update={"telemetry": (build_telemetry(gpu, cpu),)})
 
 
 def run_isolated(fn: CaseFn, *args: Any, case: str, size: dict[str, Scalar], timeout_s: float = 3600.0) -> Case:
@@ -117,10 +136,14 @@ def _reap(proc: Any) -> None:
 def _child(conn: Any, fn: CaseFn, args: tuple[Any, ...], case: str, size: dict[str, Scalar], parent: int) -> None:
     die_with_parent(parent)
     start = time.perf_counter()
-    try:
-        result = fn(*args)
-    except BaseException as exc:
-        result = failed_case(case, size, classify_failure(exc), _message(exc), time.perf_counter() - start)
+    with GpuSampler() as sampler:  # NVML telemetry while the case runs; nothing without NVML
+        try:
+            result = fn(*args)
+        except BaseException as exc:
+            result = failed_case(case, size, classify_failure(exc), _message(exc), time.perf_counter() - start)
+    gpu = sampler.result()
+    if gpu is not None:
+        result = result.model_copy(update={"telemetry": (Telemetry(gpu=gpu),)})
     try:
         conn.send(result)
     except OSError:  # BrokenPipeError included: the parent is gone or stopped waiting; nobody to tell

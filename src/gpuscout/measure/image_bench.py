@@ -23,7 +23,6 @@ torch, diffusers and transformers are imported inside functions only: importing 
 from __future__ import annotations
 
 import itertools
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 from gpuscout.errors import UnsupportedHere
 from gpuscout.measure.harness import BenchSettings, PlannedCase, derived_metric, timed_metric
 from gpuscout.measure.peak_memory import PeakMemoryMonitor
-from gpuscout.measure.startup import StartupClock
+from gpuscout.measure.startup import StartupClock, startup_seconds
 from gpuscout.results.schema import Case, Metric, Scalar
 from gpuscout.torchmodel.image import (
     ImageAttention,
@@ -45,6 +44,7 @@ from gpuscout.torchmodel.image import (
 )
 from gpuscout.workload.image import ImageModelShape, image_component_configs, load_image_preset
 from gpuscout.workload.job import ImageJob
+from gpuscout.workload.jobtime import whole_job_formula, whole_job_s
 
 # Text encoders are built and timed when all of them together are at most this size: CLIP ViT-L
 # (123 M) and OpenCLIP bigG (695 M) build in seconds. FLUX.1-dev's T5-XXL (4.8 B) would cost more
@@ -111,7 +111,7 @@ def run_image_case(job: ImageJob, settings: BenchSettings, device: str, case_nam
     return Case(
         name=case_name,
         params=_params(job, pipe, device),
-        metrics=_metrics(job, shape, pipe, timings),
+        metrics=_metrics(job, shape, pipe, timings, startup_seconds(clock.phases())),
         peak_memory=monitor.result(),
         startup=clock.phases(),
         wall_s=time.perf_counter() - wall_start,
@@ -272,11 +272,11 @@ def _sync(device: str) -> None:
 # --- reporting --------------------------------------------------------------------------------------
 
 
-def _metrics(job: ImageJob, shape: ImageModelShape, pipe: _Pipeline, timings: list[_Timing]) -> tuple[Metric, ...]:
+def _metrics(job: ImageJob, shape: ImageModelShape, pipe: _Pipeline, timings: list[_Timing],
+             startup_s: float) -> tuple[Metric, ...]:
     batch_s = [t.batch_s for t in timings]
     text = "text encoders + " if pipe.encoders else ""
     per_image = f"({text}{job.steps} × denoiser step + VAE decode) / batch {job.batch}"
-    batches = math.ceil(job.images / job.batch)
     metrics = [
         timed_metric("s_per_image", "s", [s / job.batch for s in batch_s],
                      note=per_image + ("" if pipe.encoders else "; text encoding not measured (see the case notes)")),
@@ -292,9 +292,8 @@ def _metrics(job: ImageJob, shape: ImageModelShape, pipe: _Pipeline, timings: li
     if pipe.encoders:
         metrics.append(timed_metric("text_encode_s", "s", [t.text_s or 0.0 for t in timings],
                                     note=f"{len(pipe.encoders)} text encoder(s), once per batch"))
-    metrics.append(timed_metric("job_s", "s", [s * batches for s in batch_s],
-                                note=f"projected: ceil({job.images} images / batch {job.batch}) × seconds per "
-                                     "batch; excludes model load"))
+    metrics.append(timed_metric("job_s", "s", [whole_job_s(job, s, startup_s=startup_s) for s in batch_s],
+                                note="projected: " + whole_job_formula(job, startup_s=startup_s, save_s=None)))
     return tuple(metrics)
 
 

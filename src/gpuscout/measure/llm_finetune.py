@@ -15,7 +15,10 @@ The case function runs inside the case's own process (`harness.run_isolated`) an
 from __future__ import annotations
 
 import itertools
+import os
+import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from gpuscout.errors import GpuscoutError
@@ -38,7 +41,7 @@ from gpuscout.measure.llm_setup import (
     weights_note,
 )
 from gpuscout.measure.peak_memory import PeakMemoryMonitor
-from gpuscout.measure.startup import StartupClock
+from gpuscout.measure.startup import StartupClock, startup_seconds
 from gpuscout.results.schema import Case, Metric
 from gpuscout.torchmodel.llm import (
     apply_lora,
@@ -53,6 +56,7 @@ from gpuscout.torchmodel.llm import (
 )
 from gpuscout.workload.flops import training_flops, training_flops_rule
 from gpuscout.workload.job import FinetuneJob
+from gpuscout.workload.jobtime import whole_job_formula, whole_job_s
 from gpuscout.workload.lora import lora_target_names
 from gpuscout.workload.shape import ModelShape
 
@@ -99,11 +103,13 @@ def run_finetune_case(spec: LlmCaseSpec) -> Case:
                                                    repeats=spec.settings.repeats, device=spec.device)
         clock.first_step(first_s, started_at=started)
     static_layers, static_rest = depth.static_bytes(model, optimizer)
+    save_s = time_checkpoint_save(model, optimizer) if job.checkpoint_every_steps else None
+    cost = JobCost(startup_s=startup_seconds(clock.phases()), save_s=save_s)
     shape = model_shape(config)
-    metrics = _finetune_metrics(spec, job, shape, attention, samples, notes)
+    metrics = _finetune_metrics(spec, job, shape, attention, samples, notes, cost)
     memory_full = None
     if built is not None:
-        metrics += _finetune_full_depth(job, shape, attention, samples, built, full_layers, notes)
+        metrics += _finetune_full_depth(job, shape, attention, samples, built, full_layers, notes, cost)
         memory_full = depth.memory_full_depth(monitor, static_layers, static_rest, built, full_layers, notes)
     return Case(name=spec.name, params=spec.params, layers=built, full_layers=full_layers if built else None,
                 metrics=tuple(metrics), peak_memory=monitor.result(extrapolated_allocated_bytes=memory_full),
@@ -171,15 +177,16 @@ def _training_step(spec: LlmCaseSpec, job: FinetuneJob, model: Any, optimizer: A
 
 
 def _finetune_metrics(spec: LlmCaseSpec, job: FinetuneJob, shape: ModelShape | None, attention: str,
-                      samples: list[float], notes: list[str]) -> list[Metric]:
-    tokens, dp = job.micro_batch * job.seq_len, job.gpus // job.tensor_parallel
+                      samples: list[float], notes: list[str], cost: JobCost) -> list[Metric]:
+    tokens = job.micro_batch * job.seq_len
     metrics = [
         timed_metric("step_s", "s", samples, note=FINETUNE_UNIT_NOTE),
         derived_metric("tokens_per_s", "tokens/s", [tokens / s for s in samples],
                        note="micro_batch × seq_len / step_s"),
         derived_metric("samples_per_s", "samples/s", [job.micro_batch / s for s in samples],
                        note="micro_batch / step_s"),
-        _job_metric("job_s", job, [tokens / s for s in samples], dp),
+        _job_metric("job_s", job, samples, cost),
+        *_save_metric(cost),
     ]
     if shape is None:
         notes.append("FLOPs not computed: gpuscout does not know this model_type's layout")
@@ -198,23 +205,54 @@ def _finetune_metrics(spec: LlmCaseSpec, job: FinetuneJob, shape: ModelShape | N
     return metrics
 
 
-def _job_metric(name: str, job: FinetuneJob, tokens_per_s: list[float], dp: int, *,
+@dataclass(frozen=True)
+class JobCost:
+    """What the whole job pays besides its repeats: the case's start-up, and one checkpoint save."""
+
+    startup_s: float
+    save_s: float | None
+
+
+def _job_metric(name: str, job: FinetuneJob, step_samples: list[float], cost: JobCost, *,
                 extrapolated: bool = False) -> Metric:
-    total = job.dataset_tokens * job.epochs
-    return derived_metric(name, "s", [total / r / dp for r in tokens_per_s], higher_is_better=False,
-                          extrapolated=extrapolated,
-                          note=f"projected: dataset_tokens × epochs ({total:,.0f}) / tokens_per_s / {dp} data-parallel "
-                               "rank(s) (gpus / tensor_parallel), assuming linear scaling and no communication")
+    """The whole-job time at each repeat's step time (workload/jobtime.py, the one definition)."""
+    return derived_metric(name, "s", [whole_job_s(job, s, startup_s=cost.startup_s, save_s=cost.save_s or 0.0)
+                                      for s in step_samples], higher_is_better=False, extrapolated=extrapolated,
+                          note="projected: " + whole_job_formula(job, startup_s=cost.startup_s, save_s=cost.save_s)
+                               + "; linear scaling over data-parallel ranks, no communication")
+
+
+def _save_metric(cost: JobCost) -> list[Metric]:
+    if cost.save_s is None:
+        return []
+    return [Metric(name="checkpoint_save_s", unit="s", value=cost.save_s,
+                   note="one save of the trainable weights (safetensors) and the optimizer state, fsync'd")]
+
+
+def time_checkpoint_save(model: Any, optimizer: Any) -> float:
+    """Seconds to save what a resumable checkpoint holds: trainable weights and the optimizer state."""
+    import torch
+    from safetensors.torch import save_file
+
+    weights = {n: p.detach().contiguous() for n, p in model.named_parameters() if p.requires_grad}
+    with tempfile.TemporaryDirectory(prefix="gpuscout-ckpt-") as folder:
+        start = time.perf_counter()
+        save_file(weights, os.path.join(folder, "adapter.safetensors"))
+        torch.save(optimizer.state_dict(), os.path.join(folder, "optimizer.pt"))
+        for name in os.listdir(folder):
+            with open(os.path.join(folder, name), "rb") as handle:
+                os.fsync(handle.fileno())
+        return time.perf_counter() - start
 
 
 def _finetune_full_depth(job: FinetuneJob, shape: ModelShape | None, attention: str, samples: list[float],
-                         built: int, full: int, notes: list[str]) -> list[Metric]:
+                         built: int, full: int, notes: list[str], cost: JobCost) -> list[Metric]:
     if shape is None:
         notes.append("no full-depth extrapolation: gpuscout does not know this model_type's layout")
         return []
     fraction = training_flops(job.model_copy(update={"attention": attention}), shape).layer_fraction
     scaled = [depth.scale_time(s, fraction, built, full) for s in samples]
-    tokens, dp = job.micro_batch * job.seq_len, job.gpus // job.tensor_parallel
+    tokens = job.micro_batch * job.seq_len
     how = f"t_full = t_{built} · ((1 − f) + f · {full}/{built}), f = {fraction:.3f} (layers' FLOPs share)"
     return [
         timed_metric("step_s_full_depth", "s", scaled, note=how, extrapolated=True),
@@ -222,7 +260,9 @@ def _finetune_full_depth(job: FinetuneJob, shape: ModelShape | None, attention: 
                        extrapolated=True),
         derived_metric("samples_per_s_full_depth", "samples/s", [job.micro_batch / s for s in scaled], note=how,
                        extrapolated=True),
-        _job_metric("job_s_full_depth", job, [tokens / s for s in scaled], dp, extrapolated=True),
+        # A checkpoint of the full model holds full/built times the layers' parameters (an upper bound).
+        _job_metric("job_s_full_depth", job, scaled,
+                    JobCost(cost.startup_s, cost.save_s and cost.save_s * full / built), extrapolated=True),
     ]
 
 

@@ -26,10 +26,11 @@ from gpuscout.measure.llm_setup import (
     weights_note,
 )
 from gpuscout.measure.peak_memory import PeakMemoryMonitor
-from gpuscout.measure.startup import StartupClock
+from gpuscout.measure.startup import StartupClock, startup_seconds
 from gpuscout.results.schema import Case, Metric
 from gpuscout.torchmodel.llm import import_torch_stack, next_token
 from gpuscout.workload.job import InferenceJob
+from gpuscout.workload.jobtime import whole_job_formula, whole_job_s
 
 INFERENCE_DTYPES = ("fp32", "bf16", "fp16")
 FRAMEWORK_LOOP_NOTE = (
@@ -77,7 +78,7 @@ def run_inference_case(spec: LlmCaseSpec) -> Case:
                 for _ in range(spec.settings.warmup + spec.settings.repeats)]
         timed = runs[spec.settings.warmup:] if spec.settings.warmup else runs
         clock.first_step(runs[0][1], started_at=started)
-    metrics = _inference_metrics(spec, job, timed)
+    metrics = _inference_metrics(spec, job, timed, startup_seconds(clock.phases()))
     memory_full = None
     if built is not None:
         metrics += _inference_full_depth(spec, job, config, timed, built, full_layers, notes)
@@ -125,7 +126,8 @@ def _generate_once(model: Any, prompts: Any, output_tokens: int, device: str) ->
         return (t1 - t0) / 1e9, (t2 - t0) / 1e9
 
 
-def _inference_metrics(spec: LlmCaseSpec, job: InferenceJob, runs: list[tuple[float, float]]) -> list[Metric]:
+def _inference_metrics(spec: LlmCaseSpec, job: InferenceJob, runs: list[tuple[float, float]],
+                       startup_s: float) -> list[Metric]:
     b, n, p = spec.concurrency, job.output_tokens, job.prompt_tokens
     ttft, e2e = [r[0] for r in runs], [r[1] for r in runs]
     metrics = [
@@ -140,6 +142,9 @@ def _inference_metrics(spec: LlmCaseSpec, job: InferenceJob, runs: list[tuple[fl
                        note="concurrency × output_tokens / e2e"),
         derived_metric("prefill_tokens_per_s", "tokens/s", [b * p / t for t in ttft],
                        note="concurrency × prompt_tokens / ttft"),
+        timed_metric("job_s", "s", [whole_job_s(job, e, startup_s=startup_s, concurrency=b) for e in e2e],
+                     note="projected: " + whole_job_formula(job, startup_s=startup_s, save_s=None, concurrency=b)
+                          + "; this loop's generations, not a serving engine's continuous batching"),
     ]
     return metrics
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,12 @@ class StartupClock:
 
     def phases(self) -> tuple[StartupPhase, ...]:
         return tuple(self._phases)
+
+
+def startup_seconds(phases: Iterable[StartupPhase]) -> float:
+    """The start-up a job pays in its own process (imports, CUDA init, model build, first step …).
+
+    The machine-level phases (`since_boot`, `since_created`) are billed before the job starts and
+    belong to the offer's start-up, not to the job's time.
+    """
+    return sum(p.seconds for p in phases if not p.name.startswith("since_"))

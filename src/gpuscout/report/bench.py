@@ -10,8 +10,13 @@ from rich.text import Text
 
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.numbers import common_unit, in_unit, percent, ratio, seconds, size, value_in
+from gpuscout.report.telemetry import finding_lines, telemetry_summary
 from gpuscout.results.beside import EstimateBeside
+from gpuscout.results.ratios import CompareOptions
 from gpuscout.results.schema import BenchResult, Case, Fingerprint, Metric, PeakMemory
+
+# Run means that vary by more than this are marked, as `compare` will call them noisy.
+NOISY_CV = CompareOptions().noisy_cv
 
 
 def bench_screen(result: BenchResult, beside: EstimateBeside | None, output: Path | None, *,
@@ -52,31 +57,54 @@ def case_parts(case: Case, *, wide: bool = False) -> list[RenderableType]:
         size = ", ".join(f"{k}={v}" for k, v in case.failure.size.items() if v is not None)
         return [Text.assemble((f"{title}: FAILED ({case.failure.kind})", "bold red"),
                               (f" at {size}\n  {case.failure.message}", "red"))]
-    parts: list[RenderableType] = [metric_table(title, case.metrics, wide=wide)]
+    parts: list[RenderableType] = [metric_table(title, case.metrics, wide=wide, runs=case.runs)]
     if any(m.extrapolated for m in case.metrics):
         parts.append(Text(f"magenta rows (*_full_depth): extrapolated from {case.layers} built layers to "
                           f"{case.full_layers}, not measured", style="magenta"))
     parts.append(Text(f"peak memory: {memory_line(case.peak_memory)}"))
     if case.startup:
         parts.append(Text("startup: " + " · ".join(f"{p.name} {seconds(p.seconds)}" for p in case.startup)))
+    parts += _telemetry_parts(case)
+    parts += [Text(f"  run failed ({f.kind}): {f.message.splitlines()[0] if f.message else ''}", style="red")
+              for f in case.failed_runs]
     parts += [Text(f"  {n}", style="dim") for n in case.notes]
     return parts
 
 
-def metric_table(title: str, metrics: tuple[Metric, ...], *, wide: bool = False) -> Table:
+def _telemetry_parts(case: Case) -> list[RenderableType]:
+    parts: list[RenderableType] = [Text(line, style="dim") for line in telemetry_summary(case)]
+    for line, side_effect in finding_lines(case):
+        parts.append(Text(f"  {'!' if side_effect else '-'} {line}", style="bold red" if side_effect else "yellow"))
+    return parts
+
+
+def metric_table(title: str, metrics: tuple[Metric, ...], *, wide: bool = False, runs: int = 1) -> Table:
     """One row per metric in one unit: mean, P50, P95, spread (IQR/median); `wide` adds P99 and the CI.
 
-    The 95% CI column is the half-width of the mean's confidence interval.
+    The mean is the mean of the run means. The 95% CI column is the half-width of the mean's
+    confidence interval. With several runs, "run CV" is how much the run means vary.
     """
-    repeats = max((m.summary.n for m in metrics if m.summary), default=1)
-    table = Table(title=f"{title} · {repeats} repeats", title_justify="left", title_style="bold")
+    per_run = max((len(r.samples) for m in metrics for r in m.runs), default=0)
+    samples = max((m.summary.n for m in metrics if m.summary), default=1)
+    count = f"{runs} runs × {per_run} repeats" if runs > 1 and per_run else f"{samples} repeats"
+    table = Table(title=f"{title} · {count}", title_justify="left", title_style="bold")
     prose_column(table, "metric")
     label_column(table, "unit")
-    for column in ("mean", "P50", "P95", *(("P99", "95% CI ±") if wide else ()), "spread"):
+    more = ("P99", "95% CI ±") if wide else ()
+    columns = ("mean", "P50", "P95", *more, "spread", *(("run CV",) if runs > 1 else ()))
+    for column in columns:
         number_column(table, column)
     for m in metrics:
-        table.add_row(*_metric_cells(m, wide=wide))
+        table.add_row(*_metric_cells(m, wide=wide), *((_run_cv(m),) if runs > 1 else ()))
     return table
+
+
+def _run_cv(m: Metric) -> Text:
+    cv = m.between_run_cv
+    if cv is None:
+        return Text("-")
+    noisy = cv > NOISY_CV
+    return Text(percent(cv, 1) + (" !" if noisy else ""), style="yellow" if noisy else "")
 
 
 def _metric_cells(m: Metric, *, wide: bool) -> list[str | Text]:

@@ -20,14 +20,14 @@ from gpuscout.cost.measured import MeasuredCost
 from gpuscout.hardware.currency import ExchangeRate
 from gpuscout.report.compare_cells import (
     COST_HEADER,
-    RATIO_NOTE,
+    MACHINE_HEADER,
     Rows,
     cost_rows,
     difference_rows,
     direction,
     failure_rows,
     fairness_headline,
-    machine_name,
+    machine_rows,
     md_table,
     memory_text,
     metric_name,
@@ -35,7 +35,11 @@ from gpuscout.report.compare_cells import (
     observed,
     params_text,
     ratio_lines,
+    ratio_note,
+    retry_lines,
+    runs_text,
     startup_rows,
+    telemetry_lines,
     total_band,
     work_band,
 )
@@ -55,7 +59,7 @@ def render_markdown(c: Comparison, verdict: Verdict, costs: Sequence[MeasuredCos
                     notes: Sequence[str] = (), rates: Sequence[ExchangeRate] = ()) -> str:
     labels = [m.label for m in c.machines]
     out = [f"# gpuscout compare: {c.job_name} ({c.kind})", "",
-           md_table(["", "result", "machine"], [[machine_name(m), m.name, m.gpu] for m in c.machines]), "",
+           md_table(MACHINE_HEADER, machine_rows(c)), "",
            "## Fairness", ""]
     headline = fairness_headline(c)
     out += [f"**{headline}**" if c.fairness.fair else f"> **⚠ {headline}**", ""]
@@ -65,7 +69,9 @@ def render_markdown(c: Comparison, verdict: Verdict, costs: Sequence[MeasuredCos
         out += ["What is being compared (machine; listed, not flagged):", "",
                 md_table(["machine", *labels], difference_rows(c.fairness.machine_differences)), ""]
     out += [f"- {n}" for n in c.fairness.notes] + ([""] if c.fairness.notes else [])
-    out += ["## Side by side", "", RATIO_NOTE, ""]
+    disturbed = any(m.disturbances for m in c.machines)
+    out += ["## Telemetry", "", *(f"- **⚠ {line}**" if disturbed else line for line in telemetry_lines(c)), ""]
+    out += ["## Side by side", "", ratio_note(c.options), ""]
     for case in c.cases:
         out += _md_case(case, labels)
     if c.unmatched_cases:
@@ -75,6 +81,7 @@ def render_markdown(c: Comparison, verdict: Verdict, costs: Sequence[MeasuredCos
         out += ["## Cost of the whole job (from the measured throughput)", "",
                 md_table(COST_HEADER, cost_rows(costs, labels)), ""]
         out += [f"- {w}" for c_ in costs for w in c_.warnings]
+        out += [f"- {r}" for r in retry_lines(costs, labels)]
         out += [f"- {n}" for n in notes] + ([f"- {rates_text(rates)}"] if rates else []) + [""]
     out += ["## Verdict", "", verdict.text, ""]
     return "\n".join(out)
@@ -113,8 +120,7 @@ def render_table(c: Comparison, verdict: Verdict, costs: Sequence[MeasuredCost] 
     labels = [m.label for m in c.machines]
     footnotes = Footnotes()
     parts: list[RenderableType] = [
-        rich_table(f"{c.job_name} ({c.kind}): results compared", ["", "result", "machine"],
-                   [[machine_name(m), m.name, m.gpu] for m in c.machines]),
+        rich_table(f"{c.job_name} ({c.kind}): results compared", MACHINE_HEADER, machine_rows(c)),
         Text(fairness_headline(c), style="green" if c.fairness.fair else "bold red")]
     if c.fairness.differences:
         parts.append(rich_table("Fixed variables that differ", ["fixed variable", *labels],
@@ -123,18 +129,29 @@ def render_table(c: Comparison, verdict: Verdict, costs: Sequence[MeasuredCost] 
         parts.append(rich_table("What is being compared (listed, not flagged)", ["machine", *labels],
                                 difference_rows(c.fairness.machine_differences)))
     parts += [Text(f"note: {n}", style="yellow") for n in c.fairness.notes]
+    parts += _telemetry_parts(c)
     for case in c.cases:
         parts += _rich_case(case, labels, footnotes, wide=wide)
+    parts.append(Text(ratio_note(c.options), style="dim"))
     if c.unmatched_cases:
         parts.append(Text("Cases not in every result: " + "; ".join(
             f"{n} (only {', '.join(ls)})" for n, ls in c.unmatched_cases.items()), style="yellow"))
     if costs:
         parts += [cost_table(costs, labels, footnotes, wide=wide), footnotes.flush()]
         parts += [Text(f"warning: {w}", style="yellow") for c_ in costs for w in c_.warnings]
+        parts += [Text(f"retries: {r}", style="yellow") for r in retry_lines(costs, labels)]
         parts += [Text(f"warning: {n}", style="yellow") for n in notes]
         parts += [Text(rates_text(rates))] if rates else []
     parts.append(Text("Verdict: " + verdict.text, style="bold"))
     return Group(*parts)
+
+
+def _telemetry_parts(c: Comparison) -> list[RenderableType]:
+    lines = telemetry_lines(c)
+    if not any(m.disturbances for m in c.machines):
+        return [Text(line, style="dim") for line in lines]
+    return [Text("Telemetry: disturbed while measuring", style="bold red"),
+            *(Text(f"  {line}", style="red") for line in lines)]
 
 
 def _rich_case(case: CaseRow, labels: Sequence[str], notes: Footnotes, *, wide: bool) -> list[RenderableType]:
@@ -152,7 +169,7 @@ def _rich_case(case: CaseRow, labels: Sequence[str], notes: Footnotes, *, wide: 
         table.add_row("peak memory", *memory, *blanks)
     for phase, *cells in startup_rows(case):
         table.add_row(f"startup: {phase}", *cells, *blanks)
-    parts: list[RenderableType] = [table, notes.flush(), Text(RATIO_NOTE, style="dim")]
+    parts: list[RenderableType] = [table, notes.flush()]
     parts += [Text(f"failure {f}", style="red") for f in failure_rows(case, labels)]
     return parts
 
@@ -168,7 +185,7 @@ def _metric_cells(row: MetricRow, *, wide: bool) -> list[str | Text]:
 
 
 def _spread(s: Stat, factor: float) -> str:
-    return f"P50 {in_unit(s.p50, factor)} · P95 {in_unit(s.p95, factor)} · n={s.n}"
+    return f"P50 {in_unit(s.p50, factor)} · P95 {in_unit(s.p95, factor)} · n={s.n}{runs_text(s, ' · ')}"
 
 
 def _memory_cell(m: MemoryCell, label: str, notes: Footnotes) -> str:
@@ -212,5 +229,6 @@ def render_json(c: Comparison, verdict: Verdict, costs: Sequence[MeasuredCost] =
                 notes: Sequence[str] = (), rates: Sequence[ExchangeRate] = ()) -> str:
     payload = {"comparison": c.model_dump(mode="json"), "costs": [x.model_dump(mode="json") for x in costs],
                "verdict": verdict.model_dump(mode="json"), "warnings": list(notes),
-               "exchange_rates": [r.model_dump(mode="json") for r in rates], "ratio_note": RATIO_NOTE}
-    return json.dumps(payload, indent=2)
+               "exchange_rates": [r.model_dump(mode="json") for r in rates],
+               "ratio_note": ratio_note(c.options)}
+    return json.dumps(payload, indent=2, allow_nan=False)  # NaN and Infinity are not JSON

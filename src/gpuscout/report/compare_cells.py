@@ -9,16 +9,35 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuscout.cost.measured import MeasuredCost
-from gpuscout.report.numbers import duration, duration_band, gib, money, ratio, ratio_band, seconds, value_in
+from gpuscout.report.numbers import (
+    duration,
+    duration_band,
+    gib,
+    money,
+    percent,
+    ratio,
+    ratio_band,
+    seconds,
+    value_in,
+)
 from gpuscout.report.pick import unit_costs
-from gpuscout.results.compare import CaseRow, Comparison, Difference, Machine, MemoryCell, MetricRow, Ratio, Stat
+from gpuscout.results.compare import CaseRow, Comparison, Machine, MemoryCell, MetricRow, Stat
+from gpuscout.results.fairness import Difference
+from gpuscout.results.ratios import CompareOptions, Ratio
 
-RATIO_NOTE = ("Ratios: how many times better than A (above 1 = better; for times and latencies A's value / this "
-              "value), with a 95% CI from a seeded bootstrap of the raw samples. A CI that includes 1.0 means "
-              "no measurable difference.")
 Rows = list[list[str]]
 COST_HEADER = ["", "offer", "work time (95% CI)", "billed", "total USD (range)", "P95", "per unit", "price date",
                "basis"]
+
+
+def ratio_note(options: CompareOptions) -> str:
+    """What a ratio cell means and when it counts, with the thresholds this comparison used."""
+    return ("Ratios: how many times better than A (above 1 = better; for times and latencies A's value / this "
+            "value), with a 95% CI from a seeded two-level bootstrap (runs, then the samples within each run). "
+            "'same': the CI includes 1.0, or the effect is below the minimum effect of "
+            f"{options.min_effect:.0%}; 'floor': a side ran once and the effect is below the noise floor of "
+            f"{options.noise_floor:.0%}; 'noisy': a side's run means vary by more than {options.noisy_cv:.0%} "
+            f"or its repeats spread by more than {options.noisy_spread:.0%}.")
 
 
 def value(v: float | None, unit: str = "") -> str:
@@ -27,10 +46,18 @@ def value(v: float | None, unit: str = "") -> str:
 
 
 def percentiles(s: Stat, unit: str) -> str:
-    """'P50 512 ms, P95 517 ms, n=8' ('' for a single reading)."""
+    """'P50 512 ms, P95 517 ms, n=8' and, over several runs, ', 3 runs, run CV 2%' ('' for a single reading)."""
     if s.p50 is None or s.p95 is None:
         return ""
-    return f"P50 {value(s.p50, unit)}, P95 {value(s.p95, unit)}, n={s.n}"
+    return f"P50 {value(s.p50, unit)}, P95 {value(s.p95, unit)}, n={s.n}{runs_text(s, ', ')}"
+
+
+def runs_text(s: Stat, sep: str) -> str:
+    """'3 runs, run CV 2%' after `sep`; '' for one run."""
+    if s.runs < 2:
+        return ""
+    cv = f"{sep}run CV {percent(s.between_run_cv, 1)}" if s.between_run_cv is not None else ""
+    return f"{sep}{s.runs} runs{cv}"
 
 
 def stat_cell(s: Stat, unit: str) -> str:
@@ -39,14 +66,15 @@ def stat_cell(s: Stat, unit: str) -> str:
 
 
 def ratio_word(r: Ratio) -> str:
-    return {"better": "better", "worse": "worse"}.get(r.finding, "no measurable difference")
+    """"better", "worse", or what kept the difference from counting (no measurable difference, noisy …)."""
+    return r.finding
 
 
 def ratio_cell(r: Ratio) -> str:
     if r.finding == "baseline":
         return "baseline"
     if r.ci95_low is None or r.ci95_high is None:
-        return f"{ratio(r.advantage)} (single reading, no CI)"
+        return f"{ratio(r.advantage)} ({r.reason or 'single reading, no CI'})"
     return f"{ratio(r.advantage)} {ratio_word(r)} (95% CI {ratio_band(r.ci95_low, r.ci95_high)})"
 
 
@@ -56,7 +84,8 @@ def ratio_lines(r: Ratio) -> str:
         return "baseline"
     if r.ci95_low is None or r.ci95_high is None:
         return f"{ratio(r.advantage)}\nsingle reading"
-    word = ratio_word(r) if r.finding in ("better", "worse") else "same"
+    word = {"better": "better", "worse": "worse", "noisy": "noisy", "below the noise floor": "floor"}.get(
+        r.finding, "same")
     return f"{ratio(r.advantage)} {word}\nCI {ratio_band(r.ci95_low, r.ci95_high)}"
 
 
@@ -87,6 +116,27 @@ def params_text(case: CaseRow) -> str:
 
 def machine_name(m: Machine) -> str:
     return f"{m.label}{' (baseline)' if m.label == 'A' else ''}"
+
+
+def machine_rows(c: Comparison) -> Rows:
+    """Label, result name, machine and how many independent runs stand behind its figures."""
+    return [[machine_name(m), m.name, m.gpu, str(m.runs)] for m in c.machines]
+
+
+MACHINE_HEADER = ["", "result", "machine", "runs"]
+
+
+def telemetry_lines(c: Comparison) -> list[str]:
+    """What the telemetry saw that makes a side's timings incomparable, or that it saw nothing."""
+    if any(m.disturbances for m in c.machines):
+        return [f"{m.label}: {line}" for m in c.machines for line in m.disturbances]
+    unrecorded = [m.label for m in c.machines if not m.telemetry_runs]
+    if len(unrecorded) == len(c.machines):
+        return ["Telemetry: not recorded in these results, so throttling or other tenants cannot be ruled out."]
+    seen = "no throttling, degraded link, shared GPU or CPU contention on any side"
+    if unrecorded:
+        return [f"Telemetry: {seen} that recorded it; {', '.join(unrecorded)} recorded none."]
+    return [f"Telemetry: {seen}."]
 
 
 def difference_rows(diffs: Sequence[Difference]) -> Rows:
@@ -145,11 +195,23 @@ def cost_rows(costs: Sequence[MeasuredCost], labels: Sequence[str]) -> Rows:
     return rows
 
 
+def retry_lines(costs: Sequence[MeasuredCost], labels: Sequence[str]) -> list[str]:
+    """'B: 1 of 3 runs failed (out of memory, crash or timeout): billed as 0.50 failed attempts per job'."""
+    out = []
+    for label, c in zip(labels, costs, strict=True):
+        if c.failed_runs and c.failed_runs < c.runs:
+            share = c.failed_runs / c.runs
+            out.append(f"{label}: {c.failed_runs} of {c.runs} runs failed (out of memory, crash or timeout); "
+                       f"billed as {share / (1 - share):.2f} failed attempts per job")
+    return out
+
+
 def fairness_headline(c: Comparison) -> str:
     f = c.fairness
     if f.fair:
-        return (f"All {f.checked} fixed variables match (model config, data, seed, precision, device, warm-up, "
-                "repeats, settings, the job as run, library versions).")
+        return (f"All {f.checked} fixed variables match (model config and checkpoint, data, seed, precision, "
+                "device, warm-up, repeats, settings, the job as run, library, driver and CUDA versions, region, "
+                "billing).")
     return (f"NOT A FAIR COMPARISON: {len(f.differences)} fixed variable(s) differ; compared anyway because of "
             "--allow-diff. Treat every ratio below with suspicion.")
 

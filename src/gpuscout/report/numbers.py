@@ -134,9 +134,9 @@ def percent(fraction: float, decimals: int = 0) -> str:
     return f"{fraction:.{decimals}%}" if math.isfinite(fraction) else "n/a"
 
 
-def ratio(value: float) -> str:
-    """A ratio of two measurements: '1.07×'."""
-    return f"{value:.2f}×" if math.isfinite(value) else "n/a"
+def ratio(value: float | None) -> str:
+    """A ratio of two measurements: '1.07×' ('n/a' when there is none, e.g. against zero)."""
+    return f"{value:.2f}×" if value is not None and math.isfinite(value) else "n/a"
 
 
 def ratio_band(low: float, high: float) -> str:

@@ -16,7 +16,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpuscout.stats import Summary
 
-SCHEMA_VERSION = 1
+# 2: cases merge independent runs (per-run samples, between-run variation, telemetry per run);
+# region, billing type and checkpoint hash are fixed variables. Version 1 files are read as one run.
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 # Every float in a result lies within ±1e30 and every sample is 0 or at least 1e-30 in size
 # (docs/design.md §4.10): no time, rate or size gpuscout measures comes near either bound, and
@@ -35,8 +38,20 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class RunSamples(Frozen):
+    """One independent run's samples of a metric (each run is a fresh process), and their summary."""
+
+    samples: tuple[float, ...]
+    summary: Summary | None = None
+
+
 class Metric(Frozen):
-    """One number of one case, with its raw samples when it was measured repeatedly."""
+    """One number of one case, with its raw samples when it was measured repeatedly.
+
+    A case run several times (`bench --runs N`) keeps every run's samples in `runs`; `samples` and
+    `summary` then pool them all, `value` is the mean of the run means (each run weighs the same),
+    and `between_run_cv` is the spread of the run means over their mean.
+    """
 
     name: str  # docs/measurement.md §1 names where one exists: step_s, tokens_per_s, ttft_s, tpot_s, peak_bytes …
     unit: str  # "s", "tokens/s", "bytes", "TFLOP/s", "fraction" …
@@ -46,6 +61,8 @@ class Metric(Frozen):
     higher_is_better: bool = False
     extrapolated: bool = False  # True: scaled from a depth slice, not measured (see `Case.layers`)
     note: str = ""  # formula or caveat
+    runs: tuple[RunSamples, ...] = ()  # per run, when the case ran more than once
+    between_run_cv: float | None = Field(None, ge=0)  # std of the run means / their mean
 
     @model_validator(mode="after")
     def _summary_matches_samples(self) -> Metric:
@@ -163,9 +180,12 @@ class Case(Frozen):
     metrics: tuple[Metric, ...] = ()
     peak_memory: PeakMemory = PeakMemory()
     startup: tuple[StartupPhase, ...] = ()
-    failure: Failure | None = None
+    failure: Failure | None = None  # set when no run of the case finished
     wall_s: float = Field(0.0, ge=0)
     notes: tuple[str, ...] = ()  # what this case did differently from the spec, and why (e.g. sdpa for flash)
+    runs: int = Field(1, ge=1)  # independent runs merged into this case (each a fresh process)
+    failed_runs: tuple[Failure, ...] = ()  # runs that failed while others finished
+    telemetry: tuple[Telemetry, ...] = ()  # one per run: GPU and CPU state while it ran
 
 
 class FixedVariables(Frozen):
@@ -183,6 +203,9 @@ class FixedVariables(Frozen):
     repeats: int = Field(ge=0)
     layers: int | None = Field(None, ge=1)
     settings: dict[str, Scalar]  # batch, seq_len, prompt/output tokens, concurrency levels, resolution …
+    region: str | None = None  # where the machine was rented: a price and the network depend on it
+    billing: str | None = None  # on-demand / spot / reserved …: spot capacity can be slower or preempted
+    checkpoint_hash: str | None = None  # sha256 over the checkpoint's files (names, sizes, headers)
 
 
 class Fingerprint(Frozen):
@@ -211,8 +234,6 @@ class Fingerprint(Frozen):
     mig_mode: str | None = None
     ecc: bool | None = None
     topology: str | None = None
-    region: str | None = None  # where the machine was rented (user-given)
-    billing: str | None = None  # on-demand / spot / reserved (user-given)
 
 
 class BenchResult(Frozen):

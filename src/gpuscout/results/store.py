@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from gpuscout.errors import SpecError
 from gpuscout.outfile import write_atomic
-from gpuscout.results.schema import MAX_MAGNITUDE, SCHEMA_VERSION, BenchResult, check_samples
+from gpuscout.results.schema import MAX_MAGNITUDE, READABLE_VERSIONS, SCHEMA_VERSION, BenchResult, check_samples
 from gpuscout.userfile import MAX_RESULT_BYTES, printable, read_user_json, walk
 
 _FIX = "Pass a file written by `gpuscout bench -o FILE` or `gpuscout load -o FILE`; re-run it if it was cut off."
@@ -25,14 +25,16 @@ def load_result(path: Path) -> BenchResult:
     """A result file, checked: at most 512 MiB, finite numbers in range, the schema version, the schema."""
     data = read_user_json(path, "result file", _FIX, max_bytes=MAX_RESULT_BYTES)
     version = data.get("schema_version") if isinstance(data, dict) else None
-    if version != SCHEMA_VERSION or isinstance(version, bool):
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise SpecError(
-            f"{path} has result schema version {printable(repr(version), 60)}; this gpuscout reads version "
-            f"{SCHEMA_VERSION}.",
+            f"{path} has result schema version {printable(repr(version), 60)}; this gpuscout reads versions "
+            f"{READABLE_VERSIONS[0]} to {SCHEMA_VERSION}.",
             "Older results lack fields compare needs; newer ones were written by a newer gpuscout."
             if isinstance(version, int) else "The file has no schema_version: it was not written by gpuscout.",
             "Re-run the benchmark with this gpuscout, or use the gpuscout version that wrote the file.",
         )
+    if version == 1:
+        data = _from_version_1(data)
     try:
         result = BenchResult.model_validate(data)
     except ValidationError as exc:
@@ -49,6 +51,17 @@ def load_result(path: Path) -> BenchResult:
                         "gpuscout never writes such a number: the file was damaged or edited.",
                         "Re-run the benchmark; do not edit result files by hand.")
     return result
+
+
+def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
+    """A version 1 result as version 2: each case is one run; region and billing (recorded with the
+    machine in version 1, never set by its commands) become fixed variables."""
+    fingerprint = dict(data.get("fingerprint") or {})
+    fixed = dict(data.get("fixed") or {})
+    for key in ("region", "billing"):
+        if key in fingerprint:
+            fixed[key] = fingerprint.pop(key)
+    return {**data, "schema_version": SCHEMA_VERSION, "fingerprint": fingerprint, "fixed": fixed}
 
 
 def _check_magnitudes(path: Path, data: Any) -> None:

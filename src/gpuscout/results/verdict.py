@@ -1,9 +1,17 @@
-"""The verdict of a comparison: who wins on the user's objective, and only when it is measurable.
+"""The verdict of a comparison: who wins on the user's objective, and only when the evidence carries it.
 
-The objective is total job cost, with time as the tie-breaker. A winner is named only when its
-lead is measurable — its cost range lies below every other's, or the speed ratio's 95% CI
-excludes 1.0 against every other — and never when the fairness check failed without
---allow-diff (then the text starts with a caution).
+The objective is total job cost, with time as the tie-breaker. Before any winner is named, in
+this order (docs/measurement.md §1.4):
+
+1. unfair — fixed variables differ and --allow-diff was not given;
+2. disturbed — telemetry saw a side throttle, run on a degraded link, share its GPU or lose CPU
+   to other tenants (docs/measurement.md §1.13), and --allow-diff was not given;
+3. inconclusive — noisy: the headline metric's runs disagree or its repeats spread too much;
+4. then a winner only when its lead is real on the headline metric (the two-level 95% interval
+   excludes 1, the effect passes the minimum effect, and the noise floor when a side ran once)
+   or its cost range lies below every other's.
+
+`Verdict.reasons` lists, one line each, why no winner was named (or the caveats of a winner).
 """
 
 from __future__ import annotations
@@ -12,7 +20,10 @@ from collections.abc import Sequence
 from typing import Literal
 
 from gpuscout.results.compare import Comparison, Headline, short_name
+from gpuscout.results.ratios import DECISIVE, Ratio
 from gpuscout.results.schema import Frozen
+
+Outcome = Literal["winner", "no difference", "unfair", "disturbed", "inconclusive"]
 
 
 class CostPoint(Frozen):
@@ -27,25 +38,72 @@ class CostPoint(Frozen):
 class Verdict(Frozen):
     winner: str | None  # a machine label, or None
     objective: Literal["total cost", "time"]
+    outcome: Outcome = "winner"
     text: str
+    reasons: tuple[str, ...] = ()
 
 
 def decide(comparison: Comparison, costs: Sequence[CostPoint] | None = None) -> Verdict:
-    """One paragraph: the winner on total cost (time breaks ties), or on time when there are no prices.
-
-    A winner is named only when its lead is measurable: its cost range (from the throughput's 95% CI)
-    lies below every other's, or its speed advantage's 95% CI lies above 1.0 against every other.
-    """
+    """One paragraph: the winner on total cost (time breaks ties), or on time when there are no prices."""
     objective: Literal["total cost", "time"] = "total cost" if costs else "time"
-    fairness = comparison.fairness
-    fields = ", ".join(d.field for d in fairness.differences)
-    if not fairness.fair and not comparison.allow_diff:
-        return Verdict(winner=None, objective=objective, text=f"No winner: the results differ in fixed variables "
-                                                               f"({fields}).")
-    caution = "" if fairness.fair else (f"Caution: compared with --allow-diff although {fields} differ; this is "
-                                        "not a like-for-like comparison. ")
+    gate = _gate(comparison, objective)
+    if gate is not None:
+        return gate
+    caution = _caution(comparison)
     winner, text = _cost_verdict(comparison, costs) if costs else _time_verdict(comparison)
-    return Verdict(winner=winner, objective=objective, text=caution + text)
+    reasons = _tie_reasons(comparison) if winner is None else ()
+    return Verdict(winner=winner, objective=objective, outcome="winner" if winner else "no difference",
+                   text=caution + text, reasons=reasons)
+
+
+def _gate(comparison: Comparison, objective: Literal["total cost", "time"]) -> Verdict | None:
+    """A verdict with no winner when the evidence cannot carry one, else None."""
+    fairness, allowed = comparison.fairness, comparison.allow_diff
+    if not fairness.fair and not allowed:
+        fields = ", ".join(d.field for d in fairness.differences)
+        return Verdict(winner=None, objective=objective, outcome="unfair",
+                       text=f"No winner: the results differ in fixed variables ({fields}).",
+                       reasons=tuple(f"{d.field}: {' vs '.join(d.values)}" for d in fairness.differences))
+    disturbed = [f"{m.label}: {line}" for m in comparison.machines for line in m.disturbances]
+    if disturbed and not allowed:
+        sides = sorted({line.split(":", 1)[0] for line in disturbed})
+        return Verdict(winner=None, objective=objective, outcome="disturbed", reasons=tuple(disturbed),
+                       text=(f"No winner: the telemetry shows {' and '.join(sides)} disturbed while measuring "
+                             f"({disturbed[0].split(': ', 1)[1]}{'; …' if len(disturbed) > 1 else ''}), so the timings "
+                             "are not comparable. Re-run on a machine that stays at full speed, or pass --allow-diff "
+                             "to compare anyway."))
+    noisy = _noisy_headline(comparison)
+    if noisy:
+        return Verdict(winner=None, objective=objective, outcome="inconclusive", reasons=tuple(noisy),
+                       text=("Inconclusive — noisy: " + "; ".join(noisy) + ". Run more times (--runs 5 or more), on "
+                             "a quieter machine, and check the telemetry in each result before deciding."))
+    return None
+
+
+def _caution(comparison: Comparison) -> str:
+    notes = []
+    if not comparison.fairness.fair:
+        fields = ", ".join(d.field for d in comparison.fairness.differences)
+        notes.append(f"compared with --allow-diff although {fields} differ; this is not a like-for-like comparison")
+    if any(m.disturbances for m in comparison.machines):
+        notes.append("compared with --allow-diff although the telemetry saw a side disturbed")
+    return "".join(f"Caution: {n}. " for n in notes)
+
+
+def _noisy_headline(comparison: Comparison) -> list[str]:
+    hl = comparison.headline
+    if hl is None:
+        return []
+    found = [r for row in hl.advantage for r in row if r.finding == "noisy"]
+    return list(dict.fromkeys(f"{hl.metric}: {r.reason}" for r in found))
+
+
+def _tie_reasons(comparison: Comparison) -> tuple[str, ...]:
+    hl = comparison.headline
+    if hl is None:
+        return ("no whole-job throughput is common to all results",)
+    found = [r for row in hl.advantage for r in row if r.finding not in DECISIVE and r.finding != "baseline"]
+    return tuple(dict.fromkeys(f"{hl.metric}: {r.finding} ({r.reason})" for r in found))
 
 
 def _than(comparison: Comparison, j: int) -> str:
@@ -58,24 +116,30 @@ def _time_verdict(comparison: Comparison) -> tuple[str | None, str]:
     if hl is None:
         return None, ("No whole-job throughput is common to all results, so no winner on time; "
                       "see the per-metric ratios.")
-    best = max(range(len(machines)), key=lambda j: hl.advantage[0][j].advantage)
+    best = max(range(len(machines)), key=lambda j: hl.advantage[0][j].advantage or 0.0)
     others = [j for j in range(len(machines)) if j != best]
     tied = [j for j in others if hl.advantage[j][best].finding != "better"]
     speed = " and ".join(_speed_phrase(hl, best, j, _than(comparison, j)) for j in others)
     basis = f", from the measured {hl.metric}{' (extrapolated to full depth)' if hl.extrapolated else ''} " \
-            f"of case {hl.case}"
+            f"of case {hl.case}{_runs_note(hl)}"
     if tied:
         names = " and ".join(short_name(machines[j]) for j in (best, *tied))
-        return None, (f"No measurable difference in speed between {names}: {machines[best].label} {speed}{basis}. "
+        word = _tie_word([hl.advantage[j][best] for j in tied])
+        return None, (f"No {word} difference in speed between {names}: {machines[best].label} {speed}{basis}. "
                       "Add prices (--offers) to decide on total cost.")
     return machines[best].label, f"{short_name(machines[best])} {speed}{basis}."
+
+
+def _runs_note(hl: Headline) -> str:
+    runs = sorted({n for row in hl.advantage for r in row for n in r.runs})
+    return f" ({'/'.join(str(n) for n in runs)} run{'s' if runs != [1] else ''} per side)"
 
 
 def _cost_verdict(comparison: Comparison, costs: Sequence[CostPoint]) -> tuple[str | None, str]:
     machines, hl = comparison.machines, comparison.headline
     cheapest = min(range(len(costs)), key=lambda j: costs[j].total_usd)
     others = [j for j in range(len(costs)) if j != cheapest]
-    tied = [j for j in others if not _cheaper(costs[cheapest], costs[j])]
+    tied = [j for j in others if not _cheaper(costs[cheapest], costs[j], comparison.options.min_effect)]
     prices = _price_notes([costs[cheapest], *(costs[j] for j in others)])
     if not tied:
         saving = " and ".join(_cost_phrase(costs, cheapest, j, _than(comparison, j), first=n == 0)
@@ -86,23 +150,32 @@ def _cost_verdict(comparison: Comparison, costs: Sequence[CostPoint]) -> tuple[s
         return machines[cheapest].label, text + "."
     group = [cheapest, *tied]
     names = " and ".join(short_name(machines[j]) for j in group)
-    text = (f"No measurable difference in total cost between {names} "
+    overlap = any(not _cheaper(costs[cheapest], costs[j], 0.0) for j in tied)
+    text = (f"No {'measurable' if overlap else 'meaningful'} difference in total cost between {names} "
             f"({' vs '.join(_usd_range(costs[j]) for j in group)}, {prices}); time breaks the tie: ")
     if hl is None:
         return None, text + "but no whole-job throughput is common to all results."
-    fastest = max(group, key=lambda j: hl.advantage[0][j].advantage)
+    fastest = max(group, key=lambda j: hl.advantage[0][j].advantage or 0.0)
     rest = [j for j in group if j != fastest]
     if all(hl.advantage[j][fastest].finding == "better" for j in rest):
         speed = " and ".join(_speed_phrase(hl, fastest, j, f" than {machines[j].label}") for j in rest)
         return machines[fastest].label, text + f"{machines[fastest].label} {speed}."
-    return None, text + "there is no measurable difference in speed either; either machine will do."
+    word = _tie_word([hl.advantage[j][fastest] for j in rest])
+    return None, text + f"there is no {word} difference in speed either; either machine will do."
 
 
-def _cheaper(a: CostPoint, b: CostPoint) -> bool:
-    """a is measurably cheaper than b: a's cost range lies below b's (point totals without ranges)."""
+def _tie_word(ratios: Sequence[Ratio]) -> str:
+    """"measurable" when every interval includes 1, else "meaningful" (below the minimum effect or the floor)."""
+    return "measurable" if all(r.finding == "no measurable difference" for r in ratios) else "meaningful"
+
+
+def _cheaper(a: CostPoint, b: CostPoint, min_effect: float) -> bool:
+    """a is measurably and meaningfully cheaper than b: its cost range lies below b's, and it saves at
+    least the minimum effect (point totals when a side has no range)."""
+    meaningful = a.total_usd <= b.total_usd * (1 - min_effect)
     if a.high_usd is not None and b.low_usd is not None:
-        return a.high_usd < b.low_usd
-    return a.total_usd < b.total_usd
+        return a.high_usd < b.low_usd and meaningful
+    return meaningful
 
 
 def _cost_phrase(costs: Sequence[CostPoint], i: int, j: int, than: str, *, first: bool) -> str:
@@ -125,6 +198,8 @@ def _price_notes(costs: Sequence[CostPoint]) -> str:
 def _speed_phrase(hl: Headline, i: int, j: int, than: str) -> str:
     """How machine i's job time compares with machine j's, from the throughput advantage of i over j."""
     r = hl.advantage[j][i]
+    if r.advantage is None:
+        return f"cannot be set against {than.removeprefix(' than ') or 'the other'}: {r.reason}"
     if r.ci95_low is None or r.ci95_high is None:
         return f"finishes the job {r.advantage:.2f}× as fast{than.replace('than', 'as')} (single readings, no CI)"
     ci = f"95% CI {r.ci95_low:.2f}–{r.ci95_high:.2f}×"
@@ -133,5 +208,11 @@ def _speed_phrase(hl: Headline, i: int, j: int, than: str) -> str:
     if r.finding == "worse":
         return (f"takes {1 / r.advantage:.2f}× as long{than.replace('than', 'as')} "
                 f"(95% CI {1 / r.ci95_high:.2f}–{1 / r.ci95_low:.2f}×)")
-    return (f"shows no measurable difference in speed{than.replace('than', 'from')} "
-            f"({r.advantage:.2f}×, {ci} includes 1.0)")
+    return f"shows {_no_difference(r)}{than.replace('than', 'from')} ({r.advantage:.2f}×, {ci}: {r.reason})"
+
+
+def _no_difference(r: Ratio) -> str:
+    return {"no measurable difference": "no measurable difference in speed",
+            "no meaningful difference": "no meaningful difference in speed",
+            "below the noise floor": "no difference in speed above the noise floor"}.get(
+        r.finding, "no difference in speed the evidence carries")

@@ -9,6 +9,7 @@ plus an optional "__metadata__" string map; the tensor data follows. We never re
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import re
@@ -347,3 +348,18 @@ def _bad_file(path: Path, why: str) -> SpecError:
         "Re-download the file (it may be truncated or not a safetensors file), "
         "or remove it from the checkpoint directory.",
     )
+
+
+def checkpoint_hash(directory: Path) -> str:
+    """sha256 over the checkpoint's files: each name, size and safetensors header, in name order.
+
+    A header lists every tensor's name, dtype, shape and byte offsets, so two checkpoints with the
+    same hash hold the same tensors in the same layout; hashing every weight byte of a 16 GB model
+    would take minutes, and the fairness check only needs to know the same checkpoint was run.
+    """
+    digest = hashlib.sha256()
+    for path in sorted(_checkpoint_files(directory), key=lambda p: p.name):
+        size, header = _read_header_bytes(path)
+        digest.update(f"{path.name}\0{size}\0".encode())
+        digest.update(header)
+    return digest.hexdigest()

@@ -84,6 +84,9 @@ class FinetuneJob(Spec):
     tensor_parallel: int = Field(1, gt=0, le=64)
     dataset_tokens: int = Field(10_000_000, gt=0, le=MAX_TOKENS)
     epochs: float = Field(1.0, gt=0, le=MAX_EPOCHS)
+    # Save a checkpoint (trainable weights + optimizer state) every N optimizer steps; the bench
+    # times one save and the whole-job time counts them (workload/jobtime.py). None: no saves.
+    checkpoint_every_steps: int | None = Field(None, gt=0, le=10**9)
     allow_long_context: bool = False  # train past the model's max_position_embeddings on purpose
 
     @model_validator(mode="after")

@@ -1,0 +1,76 @@
+"""A/A on real benches: two benches of the same tiny job on this machine name no winner, and a known
+slowdown injected into one side's real samples is found with the right winner (docs/measurement.md §1.4).
+
+The benches are real (`gpuscout bench`, three runs, every case in a fresh process). The slowdown is
+injected into the recorded samples of B, run by run (every time × 1.25, every throughput ÷ 1.25),
+so the noise is this machine's and the effect is known exactly. `benchmarks/aa_compare.py` measures
+the same over many pairs for the rates.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpuscout import api
+from gpuscout.measure.harness import BenchSettings
+from gpuscout.results.runs import merge_metric
+from gpuscout.results.schema import BenchResult, Metric
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SETTINGS = BenchSettings(device="cpu", warmup=1, repeats=5, runs=3)
+
+
+@pytest.fixture(scope="module")
+def pair() -> Iterator[tuple[BenchResult, BenchResult]]:
+    """Two benches of the tiny fine-tune, one after the other, one torch thread each (as `make demo`)."""
+    before = os.environ.get("OMP_NUM_THREADS")
+    os.environ["OMP_NUM_THREADS"] = "1"  # the case processes inherit it
+    try:
+        job = EXAMPLES / "tiny-finetune.toml"
+        yield api.bench(job, settings=SETTINGS).result, api.bench(job, settings=SETTINGS).result
+    finally:
+        if before is None:
+            os.environ.pop("OMP_NUM_THREADS", None)
+        else:
+            os.environ["OMP_NUM_THREADS"] = before
+
+
+def slowed(result: BenchResult, factor: float) -> BenchResult:
+    """The result as if every step had taken `factor` times as long, run by run."""
+    cases = [case.model_copy(update={"metrics": tuple(_slowed(m, factor) for m in case.metrics)})
+             for case in result.cases]
+    return result.model_copy(update={"cases": tuple(cases), "name": f"{result.name} slowed"})
+
+
+def _slowed(metric: Metric, factor: float) -> Metric:
+    scale = 1 / factor if metric.higher_is_better else factor
+    per_run = [metric.model_copy(update={"samples": tuple(s * scale for s in run.samples), "runs": ()})
+               for run in metric.runs]
+    return merge_metric(per_run)
+
+
+def test_two_real_benches_of_the_same_job_name_no_winner(pair: tuple[BenchResult, BenchResult]) -> None:
+    a, b = pair
+    assert all(c.runs == 3 and not c.failed_runs for c in (*a.cases, *b.cases))
+    report = api.compare([a, b])
+    headline = report.comparison.headline
+    assert headline is not None and headline.metric == "job_s"
+    assert headline.advantage[0][1].runs == (3, 3)
+    assert report.verdict.winner is None, report.verdict.text
+    assert report.verdict.reasons  # it says why
+
+
+def test_a_25_percent_slowdown_in_real_samples_is_found_with_the_right_winner(
+        pair: tuple[BenchResult, BenchResult]) -> None:
+    a, b = pair
+    # --allow-diff: this test is about the statistics; a busy test machine may disturb both sides.
+    report = api.compare([a, slowed(b, 1.25)], allow_diff=True)
+    if report.verdict.outcome == "inconclusive":
+        pytest.skip(f"this machine was too noisy to test detection: {'; '.join(report.verdict.reasons)}")
+    assert report.verdict.winner == "A", report.verdict.text
+    ratio = report.comparison.headline.advantage[0][1]  # type: ignore[union-attr]
+    assert ratio.finding == "worse" and ratio.ci95_high is not None and ratio.ci95_high < 1
