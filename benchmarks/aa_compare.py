@@ -7,6 +7,7 @@ by a known factor (a real slowdown injected into real measurements: every time-l
 every throughput ÷ f) and it counts how often the slower side is correctly left behind.
 
     .venv/bin/python benchmarks/aa_compare.py --pairs 20 [--bench-args "--runs 3"] [--out DIR]
+    .venv/bin/python benchmarks/aa_compare.py --reuse DIR     # judge the pairs in DIR again, no new benches
 
 Prints the false-winner rate and, per factor, the detection rate. Works with any gpuscout on the
 path (PYTHONPATH selects another checkout, to measure before and after a change).
@@ -86,19 +87,28 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=20)
     parser.add_argument("--bench-args", default="", help="extra options for every bench, e.g. '--runs 3'")
     parser.add_argument("--out", type=Path, default=None, help="keep the results here")
+    parser.add_argument("--reuse", type=Path, default=None,
+                        help="a folder of a0.json, b0.json … from an earlier run: compare them again (after a change "
+                             "to compare), without benching")
     args = parser.parse_args()
-    folder = args.out or Path(tempfile.mkdtemp(prefix="aa-compare-"))
+    if args.reuse is not None:
+        args.pairs = len(list(args.reuse.glob("a*.json")))
+    folder = args.reuse or args.out or Path(tempfile.mkdtemp(prefix="aa-compare-"))
     folder.mkdir(parents=True, exist_ok=True)
     extra = shlex.split(args.bench_args)
     false_winners, detected = 0, dict.fromkeys(FACTORS, 0)
     start = time.perf_counter()
     for pair in range(args.pairs):
-        a, b = bench(folder / f"a{pair}.json", extra), bench(folder / f"b{pair}.json", extra)
+        if args.reuse is not None:
+            a, b = folder / f"a{pair}.json", folder / f"b{pair}.json"
+        else:
+            a, b = bench(folder / f"a{pair}.json", extra), bench(folder / f"b{pair}.json", extra)
         false_winners += winner(a, b) is not None
         for factor in FACTORS:
             detected[factor] += winner(a, slowed(b, factor, folder / f"b{pair}-x{factor}.json")) == "A"
         print(f"pair {pair + 1}: false winners so far {false_winners}", file=sys.stderr)
-    print(f"A/A pairs: {args.pairs}, bench options: {args.bench_args or '(defaults)'}, "
+    print(f"A/A pairs: {args.pairs}, bench options: {args.bench_args or '(defaults)'}"
+          f"{' (results reused)' if args.reuse else ''}, "
           f"wall {time.perf_counter() - start:.0f} s, results in {folder}")
     print(f"false winners: {false_winners} / {args.pairs} ({false_winners / args.pairs:.0%})")
     for factor, hits in detected.items():

@@ -7,7 +7,7 @@ from itertools import chain
 
 import pytest
 
-from gpuscout.stats import between_run_cv, bootstrap_ratio_ci, run_mean, summarize
+from gpuscout.stats import between_run_cv, bootstrap_ratio_ci, mean_ci, run_mean, summarize, welch_log_ratio_ci
 
 
 def test_two_level_bootstrap_matches_a_hand_computed_distribution() -> None:
@@ -50,3 +50,24 @@ def test_run_mean_weighs_runs_equally_and_summaries_hold() -> None:
     assert run_mean([[1.0], [3.0, 3.0, 3.0]]) == 2.0
     s = summarize([1.0, 2.0, 3.0, 4.0])
     assert s.n == 4 and s.mean == 2.5 and s.p50 == 2.5 and s.ci95_low < 2.5 < s.ci95_high
+
+
+def test_welch_interval_on_log_run_means_matches_a_hand_computation() -> None:
+    """Run means A: 1, 2 (logs 0, ln 2); B: 2, 4 (logs ln 2, ln 4). Each side's log variance over n is
+    (ln 2)² / 4; Welch's dof is exactly 2, so t = 4.303. The ratio of run means is 3 / 1.5 = 2 and the
+    interval is 2 · exp(±4.303 · ln 2 / √2)."""
+    import math
+
+    interval = welch_log_ratio_ci([[1.0, 1.0], [2.0, 2.0]], [[2.0], [4.0]])
+    assert interval is not None
+    low, high = interval
+    half = 4.303 * math.log(2) / math.sqrt(2)
+    assert low == pytest.approx(2 * math.exp(-half)) and high == pytest.approx(2 * math.exp(half))
+    assert welch_log_ratio_ci([[1.0, 2.0]], [[2.0], [4.0]]) is None  # one run: between-run variance unknown
+
+
+def test_three_runs_that_drift_widen_the_mean_interval_to_students_t() -> None:
+    """Three run means 90, 100, 110: the bootstrap can only mix those three values, Student's t with
+    2 degrees of freedom is 100 ± 4.303 · 10 / √3 = 100 ± 24.8."""
+    low, high = mean_ci([[90.0, 90.0], [100.0, 100.0], [110.0, 110.0]])
+    assert low == pytest.approx(100 - 4.303 * 10 / 3**0.5) and high == pytest.approx(100 + 4.303 * 10 / 3**0.5)

@@ -9,6 +9,10 @@ Seeded, so results are reproducible; the bootstrap uses numpy (vectorised replic
 * The CI of a ratio of two machines' means is a seeded, two-level percentile bootstrap: resample
   the runs, then the samples within each chosen run, so the interval holds the variation between
   runs (another tenant, clocks, thermals) as well as within one (docs/measurement.md §1.4).
+* With few runs the percentile bootstrap under-covers: it can only draw from the handful of run
+  means there are. So wherever both sides have two runs or more, the interval is widened to at
+  least Student's t interval over the run means (Welch's, on the log of the ratio), which is the
+  standard small-sample interval for means of independent runs.
 """
 
 from __future__ import annotations
@@ -117,11 +121,38 @@ def bootstrap_ratio_ci(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]
 
 
 def mean_ci(runs: Sequence[Sequence[float]], *, resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95% two-level bootstrap interval of the mean of run means (one run: of its samples)."""
+    """95% interval of the mean of run means: the two-level bootstrap (one run: of its samples),
+    widened to Student's t interval over the run means when there are two runs or more."""
     if not runs or not all(runs):
         raise ValueError("interval of empty samples")
     low, high = np.percentile(_resampled_means(runs, resamples, np.random.default_rng(seed)), [2.5, 97.5])
-    return float(low), float(high)
+    if len(runs) < 2:
+        return float(low), float(high)
+    means = [statistics.fmean(r) for r in runs]
+    half = t975(len(means) - 1) * statistics.stdev(means) / math.sqrt(len(means))
+    centre = statistics.fmean(means)
+    return min(float(low), centre - half), max(float(high), centre + half)
+
+
+def welch_log_ratio_ci(a: Sequence[Sequence[float]], b: Sequence[Sequence[float]]) -> tuple[float, float] | None:
+    """95% Welch t interval of run_mean(b) / run_mean(a) from the logs of the run means.
+
+    None when a side has fewer than two runs or a run mean is not positive. The degrees of freedom
+    (Welch–Satterthwaite) are rounded down, which makes t larger: conservative.
+    """
+    if len(a) < 2 or len(b) < 2:
+        return None
+    a_means, b_means = [statistics.fmean(r) for r in a], [statistics.fmean(r) for r in b]
+    if min(a_means) <= 0 or min(b_means) <= 0:
+        return None
+    la, lb = [math.log(x) for x in a_means], [math.log(x) for x in b_means]
+    va, vb = statistics.variance(la) / len(la), statistics.variance(lb) / len(lb)
+    centre = math.log(run_mean(b) / run_mean(a))
+    if va + vb == 0:
+        return math.exp(centre), math.exp(centre)
+    dof = (va + vb) ** 2 / (va**2 / (len(la) - 1) + vb**2 / (len(lb) - 1))
+    half = t975(max(int(dof), 1)) * math.sqrt(va + vb)
+    return math.exp(centre - half), math.exp(centre + half)
 
 
 def _resampled_means(runs: Sequence[Sequence[float]], resamples: int, rng: np.random.Generator) -> np.ndarray:

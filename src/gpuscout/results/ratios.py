@@ -3,7 +3,9 @@
 A ratio is an "advantage" oriented by `Metric.higher_is_better` (above 1 = better than the
 baseline). Its 95% confidence interval comes from the two-level bootstrap (`stats`): resample
 the runs, then the samples within each run, so drift between runs (another tenant, clocks,
-thermals, a busy CPU) is inside the interval. Then, in this order (docs/measurement.md §1.4):
+thermals, a busy CPU) is inside the interval; with two runs or more a side it is widened to at
+least the Welch t interval over the run means, because a bootstrap over three runs under-covers.
+Then, in this order (docs/measurement.md §1.4):
 
 1. noisy — either side's runs disagree by more than `noisy_cv` (coefficient of variation of the
    run means), or a bench metric's repeats spread more than `noisy_spread` (IQR / median): the
@@ -25,7 +27,7 @@ from pydantic import Field, ValidationError
 from gpuscout.errors import SpecError
 from gpuscout.results.runs import metric_runs
 from gpuscout.results.schema import Frozen, Metric
-from gpuscout.stats import bootstrap_ratio_ci, run_mean
+from gpuscout.stats import bootstrap_ratio_ci, run_mean, welch_log_ratio_ci
 
 BOOTSTRAP_SEED = 0  # fixed, so the same files always give the same intervals
 
@@ -94,6 +96,9 @@ def ratio(base: Metric, other: Metric, *, options: CompareOptions, bench: bool =
                      runs=runs, reason="single readings: no interval")
     first, second = (base_runs, other_runs) if base.higher_is_better else (other_runs, base_runs)
     _, low, high = bootstrap_ratio_ci(first, second, seed=BOOTSTRAP_SEED)
+    welch = welch_log_ratio_ci(first, second)  # few runs: the bootstrap alone under-covers
+    if welch is not None:
+        low, high = min(low, welch[0]), max(high, welch[1])
     if not (math.isfinite(low) and math.isfinite(high)):
         return Ratio(ratio=point, advantage=advantage, ci95_low=None, ci95_high=None, finding="single reading",
                      runs=runs, reason="too many zero readings for an interval")
