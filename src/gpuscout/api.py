@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from gpuscout.estimator.breakdown import MemoryBreakdown
     from gpuscout.estimator.screen import Screening
     from gpuscout.hardware.catalog import Gpu
-    from gpuscout.hardware.currency import ExchangeRate
+    from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate
     from gpuscout.hardware.offers import Offer
+    from gpuscout.hardware.price_sheet import PriceSheet
     from gpuscout.loadgen.plan import LoadPlan
     from gpuscout.loadgen.probe import ProbeResult
     from gpuscout.loadgen.search import SearchResult
@@ -137,6 +138,8 @@ def _trace_beside(job: Job, model: ModelShape | ImageModelShape, gpu: Gpu, base_
         return {"trace_skipped": exc.render()}
     scope = f"{model.num_layers} layers, 1 GPU, no sharding" + (
         ", one micro-batch, standard cross-entropy" if isinstance(job, FinetuneJob) else ", HF generate")
+    if isinstance(job, InferenceJob) and job.co_served:
+        scope += ", the main model alone (co-served models are not traced)"
     return {"trace": traced, "trace_analytic": estimate_memory(traced_job, model, gpu), "trace_scope": scope}
 
 
@@ -144,8 +147,8 @@ def _as_traced(job: FinetuneJob | InferenceJob) -> FinetuneJob | InferenceJob:
     if isinstance(job, FinetuneJob):
         return job.model_copy(update={"gpus": 1, "sharding": "none", "tensor_parallel": 1, "grad_accum": 1,
                                       "chunked_cross_entropy": False, "optimizer_offload": False})
-    # HF generate: prefill the prompt, then one decode step.
-    return job.model_copy(update={"tensor_parallel": 1, "engine": "hf", "output_tokens": 1})
+    # HF generate: prefill the prompt, then one decode step; of the main model alone when co-served.
+    return job.model_copy(update={"tensor_parallel": 1, "engine": "hf", "output_tokens": 1, "co_served": ()})
 
 
 def _run_trace(job: FinetuneJob | InferenceJob, model: ModelShape, config: dict[str, Any]) -> TraceResult:
@@ -175,9 +178,21 @@ class PickReport:
 def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | None = None,
          deadline: str | float | None = None, budget_usd: float | None = None,
          fx: Sequence[str | ExchangeRate] = (), options: CostOptions | None = None,
-         today: date | None = None) -> PickReport:
-    """Rank the offers of a price sheet (the bundled example sheet by default) by total job cost."""
+         today: date | None = None, as_written: bool = False, currency: str | None = None,
+         budget: float | None = None, dataset_gb: float | None = None, dataset_region: str | None = None,
+         dataset_url: str | None = None, dataset_egress_per_gb: float | None = None,
+         dataset_gbps: float | None = None) -> PickReport:
+    """Rank the offers of a price sheet (the bundled example sheet by default) by total job cost.
+
+    Where the job as written does not fit an offer, it is ranked under a plan of changes that keep
+    the task (micro-batch, checkpointing, 8-bit optimizer …); `as_written=True` turns plans off.
+    Every offer's host is checked too (RAM, vCPUs, disk); a dataset of `dataset_gb` GB living in
+    `dataset_region` ('aws:us-east-1') or at `dataset_url` adds its transfer time and the source's
+    egress to each bill (docs/cost.md §2.14)."""
+    from gpuscout.cost.billing import CostOptions
     from gpuscout.cost.pick import pick as rank_offers
+    from gpuscout.cost.transfer import data_source
+    from gpuscout.hardware.currency import display_currency
     from gpuscout.hardware.price_sheet import default_price_sheet, load_offers
     from gpuscout.units import parse_duration_s
 
@@ -185,15 +200,35 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
     sheet, notes = load_offers(Path(offers) if offers is not None else default_price_sheet(), cloud=cloud)
     day = today or date.today()
     rates = _rates(sheet.exchange_rates, fx, day)
-    if budget_usd is not None and not budget_usd > 0:
-        from gpuscout.errors import SpecError
-
-        raise SpecError(f"--budget {budget_usd} is not a positive amount.", "A budget is a USD amount above zero.",
-                        "Pass the most you are willing to spend, e.g. --budget 50.")
+    shown = display_currency(currency, rates)
+    budget_usd = _budget_usd(budget, budget_usd, shown)
     deadline_s = parse_duration_s(deadline) if isinstance(deadline, str) else deadline
+    data = data_source(dataset_gb=dataset_gb, region=dataset_region, url=dataset_url,
+                       egress_usd_per_gb=dataset_egress_per_gb, gbps=dataset_gbps)
+    if data is not None:
+        options = (options or CostOptions()).model_copy(update={"data": data})
     result = rank_offers(the_job, model, sheet.offers, rates=rates, deadline_s=deadline_s, budget_usd=budget_usd,
-                         today=day, options=options)
+                         today=day, options=options, as_written=as_written, currency=shown)
     return PickReport(job=the_job, pick=result, offers_notes=tuple(notes))
+
+
+def _budget_usd(budget: float | None, budget_usd: float | None, shown: DisplayCurrency) -> float | None:
+    """The budget in USD: `budget` is in the display currency (--budget 300 --currency CNY is 300 CNY)."""
+    import math
+
+    from gpuscout.errors import SpecError
+
+    if budget is not None and budget_usd is not None:
+        raise SpecError("Both budget and budget_usd were given.", "A job has one budget.",
+                        "Pass budget (in `currency`) or budget_usd, not both.")
+    amount = budget if budget is not None else budget_usd
+    if amount is None:
+        return None
+    if not (math.isfinite(amount) and amount > 0):
+        raise SpecError(f"--budget {amount} is not a positive amount.",
+                        f"A budget is an amount in {shown.code} (--currency, USD by default) above zero.",
+                        "Pass the most you are willing to spend, e.g. --budget 50.")
+    return amount * shown.usd_per_unit if budget is not None else amount
 
 
 def _rates(sheet: Sequence[ExchangeRate], fx: Sequence[str | ExchangeRate], today: date) -> tuple[ExchangeRate, ...]:
@@ -204,47 +239,113 @@ def _rates(sheet: Sequence[ExchangeRate], fx: Sequence[str | ExchangeRate], toda
 
 @dataclass(frozen=True)
 class CostReport:
-    """A plain calculation (with the bill under simple rules), or one offer's bill."""
+    """A plain calculation (with the bill under simple rules), or one offer's bill.
+
+    The plain figures are in USD and shown in `currency`; an offer's bill is already in `currency`
+    when one was asked for (else in the offer's own).
+    """
 
     hours: float
     plain: PlainCost | None = None
     billed: BilledCost | None = None
     offer: Offer | None = None
     bill: JobCost | None = None
+    currency: DisplayCurrency | None = None  # None: USD for the plain figures, the offer's own for a bill
+    rates: tuple[ExchangeRate, ...] = ()  # the rates used to convert
 
 
 def cost(*, hours: float | None, usd_per_gpu_hour: float | None = None, gpus: int = 1, storage_usd: float = 0.0,
          transfer_usd: float = 0.0, retry_usd: float = 0.0, increment_s: float = 0.0, min_billed_s: float = 0.0,
          startup_s: float = 0.0, idle_tail_s: float = 0.0, offers: str | Path | None = None,
-         offer: str | None = None) -> CostReport:
-    """price × GPUs × hours + extras (and the real bill under the rules given), or an offer's bill."""
+         offer: str | None = None, currency: str | None = None, fx: Sequence[str | ExchangeRate] = (),
+         options: CostOptions | None = None, today: date | None = None) -> CostReport:
+    """price × GPUs × hours + extras (and the real bill under the rules given), or an offer's bill.
+
+    With an offer, the USD extras are added to its bill as their own lines and `options` (days kept
+    stopped after the job, egress, failed attempts) apply; `currency` shows every amount in that
+    currency, converted with the sheet's rates and `fx`.
+    """
     from gpuscout.cost.calculator import billed_cost, checked_hours, plain_cost
 
     run_hours = checked_hours(hours)
+    day = today or date.today()
+    extras = {"storage_usd": storage_usd, "transfer_usd": transfer_usd, "retry_usd": retry_usd}
     if offers is not None or offer is not None:
-        from gpuscout.cost.billing import price_job
+        _no_manual_rules(usd_per_gpu_hour, gpus, increment_s, min_billed_s, startup_s, idle_tail_s)
+        return _offer_cost(run_hours, offers, offer, extras, currency, fx, options, day)
+    if options is not None and options.keep_stopped_days:
+        from gpuscout.errors import SpecError
 
-        the_offer = _offer(offers, offer)
-        return CostReport(hours=run_hours, offer=the_offer, bill=price_job(the_offer, run_hours * 3600))
-    plain = plain_cost(usd_per_gpu_hour, gpus, run_hours, storage_usd=storage_usd, transfer_usd=transfer_usd,
-                       retry_usd=retry_usd)
+        raise SpecError("--keep-stopped-days needs an offer.", "A stopped machine bills at its provider's stopped "
+                        "rates (disks, stopped compute), which only an offer in a price sheet states.",
+                        "Pass --offers PRICES.toml --offer ID with it.")
+    rates = _rates((), fx, day)
+    shown = _shown(currency, rates)
+    plain = plain_cost(usd_per_gpu_hour, gpus, run_hours, **extras)
     rules = {"increment_s": increment_s, "min_billed_s": min_billed_s, "startup_s": startup_s,
              "idle_tail_s": idle_tail_s}
     if not any(rules.values()):
-        return CostReport(hours=run_hours, plain=plain)
+        return CostReport(hours=run_hours, plain=plain, currency=shown, rates=_used(rates, shown))
     # A bill needs an increment: with other rules but none, it is billed by the second.
     billed = billed_cost(plain, **rules | {"increment_s": increment_s or 1.0})
-    return CostReport(hours=run_hours, plain=plain, billed=billed)
+    return CostReport(hours=run_hours, plain=plain, billed=billed, currency=shown, rates=_used(rates, shown))
 
 
-def _offer(offers: str | Path | None, offer_id: str | None) -> Offer:
+def _offer_cost(hours: float, offers: str | Path | None, offer_id: str | None, extras: dict[str, float],
+                currency: str | None, fx: Sequence[str | ExchangeRate], options: CostOptions | None,
+                day: date) -> CostReport:
+    """One offer's bill for `hours` of work, the given extras added, in `currency` when asked."""
+    from gpuscout.cost.billing import bill_in, price_job
+    from gpuscout.cost.calculator import with_given_extras
+
+    sheet, the_offer = _offer(offers, offer_id)
+    rates = _rates(sheet.exchange_rates, fx, day)
+    shown = _shown(currency, rates)
+    bill = with_given_extras(price_job(the_offer, hours * 3600, options), rates, **extras)
+    if shown is not None:
+        bill = bill_in(bill, shown, rates)
+    converted = {the_offer.currency, shown.code} if shown is not None and shown.code != the_offer.currency else set()
+    if any(extras.values()):
+        converted.add(the_offer.currency)  # the USD extras were converted into the offer's currency
+    used = tuple(r for r in rates if r.currency in converted)
+    return CostReport(hours=hours, offer=the_offer, bill=bill, currency=shown, rates=used)
+
+
+def _shown(currency: str | None, rates: Sequence[ExchangeRate]) -> DisplayCurrency | None:
+    from gpuscout.hardware.currency import display_currency
+
+    return display_currency(currency, rates) if currency is not None else None
+
+
+def _used(rates: Sequence[ExchangeRate], shown: DisplayCurrency | None) -> tuple[ExchangeRate, ...]:
+    return tuple(r for r in rates if shown is not None and r.currency == shown.code)
+
+
+def _no_manual_rules(usd_per_gpu_hour: float | None, gpus: int, increment_s: float, min_billed_s: float,
+                     startup_s: float, idle_tail_s: float) -> None:
+    """An offer brings its own price and billing terms: a flag that would be ignored is refused instead."""
+    from gpuscout.errors import SpecError
+
+    given = [flag for flag, value, default in (
+        ("--usd-per-gpu-hour", usd_per_gpu_hour, None), ("--gpus", gpus, 1), ("--increment-s", increment_s, 0.0),
+        ("--min-billed-s", min_billed_s, 0.0), ("--startup-s", startup_s, 0.0), ("--idle-tail-s", idle_tail_s, 0.0))
+        if value != default]
+    if given:
+        raise SpecError(f"{', '.join(given)} cannot be used with --offer.",
+                        "The offer's price, GPU count and billing terms come from the price sheet; gpuscout will "
+                        "not silently ignore a value you typed.",
+                        "Drop those flags, or edit the offer in the price sheet (docs/cost.md §8).")
+
+
+def _offer(offers: str | Path | None, offer_id: str | None) -> tuple[PriceSheet, Offer]:
     from gpuscout.errors import SpecError
     from gpuscout.hardware.price_sheet import find_offer, load_price_sheet
 
     if offers is None or offer_id is None:
         raise SpecError("--offers and --offer go together.", "An offer is picked by its id from a price sheet.",
                         "Pass both, e.g. --offers prices.toml --offer <id> (`gpuscout examples` shows a sheet).")
-    return find_offer(load_price_sheet(Path(offers)), offer_id)
+    sheet = load_price_sheet(Path(offers))
+    return sheet, find_offer(sheet, offer_id)
 
 
 # ---------------------------------------------------------------- bench and compare ----------
@@ -279,6 +380,14 @@ def bench(job: JobRef, *, settings: BenchSettings | None = None, probe: bool = F
     the_job = model = base_dir = None
     if job is not None or not probe:
         the_job, model, base_dir = _job_and_model(job)
+    if isinstance(the_job, InferenceJob) and the_job.co_served:
+        from gpuscout.errors import SpecError
+
+        raise SpecError(f"{the_job.name} serves {len(the_job.co_served) + 1} models; bench runs one.",
+                        "The bench's generation loop loads one model; co-served engines are separate processes "
+                        "time-slicing the GPU (docs/estimator.md §3.10).",
+                        "Bench each model with a spec of its own, or start the engines and `gpuscout load` each "
+                        "endpoint at the same time.")
 
     def keep(partial: BenchResult) -> None:
         if path is not None:
@@ -310,13 +419,18 @@ class CompareReport:
     costs: tuple[MeasuredCost, ...] = ()
     warnings: tuple[str, ...] = ()
     rates: tuple[ExchangeRate, ...] = ()
+    currency: DisplayCurrency | None = None  # the costs are in USD, shown in this currency (None: USD)
 
 
 def compare(results: Sequence[str | Path | BenchResult], *, offers: str | Path | None = None,
             offer_ids: Sequence[str] = (), allow_diff: bool = False, fx: Sequence[str | ExchangeRate] = (),
-            today: date | None = None, options: CompareOptions | None = None) -> CompareReport:
-    """Fairness check, ratios with 95% CIs, the whole job's cost on each machine, and a verdict."""
+            today: date | None = None, options: CompareOptions | None = None, currency: str | None = None,
+            cost_options: CostOptions | None = None) -> CompareReport:
+    """Fairness check, ratios with 95% CIs, the whole job's cost on each machine, and a verdict.
+
+    Costs are computed in USD and shown in `currency` (a rate from the sheet or `fx`)."""
     from gpuscout.cost.measured import cost_point, price_results
+    from gpuscout.hardware.currency import display_currency
     from gpuscout.hardware.offers import price_warnings
     from gpuscout.hardware.price_sheet import load_price_sheet
     from gpuscout.results.compare import compare_results
@@ -331,15 +445,22 @@ def compare(results: Sequence[str | Path | BenchResult], *, offers: str | Path |
     loaded = [r if not isinstance(r, str | Path) else load_result(Path(r)) for r in results]
     comparison = compare_results(loaded, allow_diff=allow_diff, options=options)
     if offers is None:
+        if currency is not None or (cost_options is not None and cost_options.keep_stopped_days):
+            from gpuscout.errors import SpecError
+
+            raise SpecError("--currency and --keep-stopped-days price the job, and no price sheet was given.",
+                            "compare shows costs only with --offers.", "Add --offers prices.toml.")
         return CompareReport(comparison=comparison, verdict=decide(comparison, None))
     day = today or date.today()
     sheet = load_price_sheet(Path(offers))
     rates = _rates(sheet.exchange_rates, fx, day)
-    costs = price_results(loaded, sheet, offer_ids, rates=rates, today=day)
-    used = {c.currency for c in costs}
+    shown = display_currency(currency, rates)
+    costs = price_results(loaded, sheet, offer_ids, rates=rates, today=day, options=cost_options)
+    used = {c.currency for c in costs} | {shown.code}
     warnings = price_warnings([sheet.offers[[o.id for o in sheet.offers].index(c.offer_id)] for c in costs], day)
-    return CompareReport(comparison=comparison, verdict=decide(comparison, [cost_point(c) for c in costs]),
-                         costs=tuple(costs), warnings=warnings, rates=tuple(r for r in rates if r.currency in used))
+    return CompareReport(comparison=comparison, verdict=decide(comparison, [cost_point(c, shown) for c in costs]),
+                         costs=tuple(costs), warnings=warnings, rates=tuple(r for r in rates if r.currency in used),
+                         currency=shown)
 
 
 # ---------------------------------------------------------------- load and probe -------------

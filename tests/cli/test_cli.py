@@ -137,7 +137,7 @@ def test_cost_of_an_offer_from_a_sheet() -> None:
 
 
 def test_cost_bad_input_is_a_user_error() -> None:
-    for args in (("--usd-per-gpu-hour", "0", "--hours", "1"), ("--usd-per-gpu-hour", "1"),
+    for args in (("--usd-per-gpu-hour", "-1", "--hours", "1"), ("--usd-per-gpu-hour", "1"),
                  ("--offers", str(EXAMPLES / "prices.example.toml"), "--offer", "lambda-h100", "--hours", "1")):
         out = run("cost", *args)
         assert out.returncode == 1 and "To fix" in out.stderr and "Traceback" not in out.stderr, args

@@ -1,4 +1,5 @@
-"""Every billing rule with a hand-computed case; the plain product; spot closed form vs simulation."""
+"""Every billing rule with a hand-computed case; the plain product; spot closed form vs simulation;
+when the meter starts; stop or release after the job; a bill in the user's currency."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuscout.cost.billed_time import billed_seconds
-from gpuscout.cost.billing import CostOptions, price_job
+from gpuscout.cost.billed_time import billed_seconds, billed_startup_s
+from gpuscout.cost.billing import CostOptions, bill_in, cost_options, price_job
 from gpuscout.cost.pick import pick
 from gpuscout.cost.spot import (
     Z_95,
@@ -24,6 +25,8 @@ from gpuscout.cost.spot import (
     simulate_spot_run,
     spot_p95_billed_s,
 )
+from gpuscout.errors import SpecError
+from gpuscout.hardware.currency import ExchangeRate, display_currency
 from gpuscout.hardware.offers import EgressTier, Offer, StorageItem
 from gpuscout.workload.job import FinetuneJob
 from gpuscout.workload.presets import load_llm_preset
@@ -195,3 +198,107 @@ def test_pick_excludes_an_offer_that_never_finishes_on_spot() -> None:
     row = pick(job, load_llm_preset("llama-3-8b"), [offer(**(SPOT | {"interruptions_per_hour": 100.0}))],
                today=date(2026, 11, 30)).rows[0]
     assert row.excluded is not None and row.excluded.startswith("never finishes on spot")
+
+
+# --- when billing starts (docs/cost.md §2.4) -------------------------------------------------------
+
+LAUNCH = {"provision_s": 60, "power_on_s": 30, "boot_s": 90, "startup_s": 240}
+
+
+@pytest.mark.parametrize(("starts", "billed_startup"), [("request", 420), ("created", 360), ("running", 330),
+                                                        ("healthy", 240)])
+def test_the_meter_bills_only_the_launch_phases_after_it_starts(starts: str, billed_startup: float) -> None:
+    o = offer(price=3.6, billing_starts=starts, **LAUNCH)
+    assert billed_startup_s(o) == billed_startup
+    cost = price_job(o, 3600)
+    assert cost.billed_s == 3600 + billed_startup
+    assert cost.total == pytest.approx(3.6 * (3600 + billed_startup) / 3600)
+    assert f"billed from {starts}" in cost.lines[0].formula
+
+
+def test_the_same_boot_is_paid_on_aws_and_free_on_lambda() -> None:
+    aws = offer(billing_starts="running", boot_s=90, startup_s=240)
+    lam = offer(billing_starts="healthy", boot_s=90, startup_s=240)
+    assert price_job(aws, 3600).billed_s - price_job(lam, 3600).billed_s == 90
+
+
+def test_an_offer_with_only_startup_is_billed_exactly_that_from_any_start() -> None:
+    for starts in ("request", "created", "running", "healthy"):
+        assert price_job(offer(billing_starts=starts, startup_s=300), 3600).billed_s == 3900
+
+
+def test_every_failed_attempt_and_the_first_spot_segment_pay_the_billed_launch() -> None:
+    early, late = (offer(price=3.6, billing_starts=s, **LAUNCH) for s in ("request", "healthy"))
+    fail = CostOptions(failed_attempts=1, failure_progress=0.0)
+    failed = [next(ln.amount for ln in price_job(o, 3600, fail).lines if ln.name == "failed attempts")
+              for o in (early, late)]
+    assert failed == [pytest.approx(3.6 * 420 / 3600), pytest.approx(3.6 * 240 / 3600)]
+    spot_early, spot_late = (offer(**(SPOT | LAUNCH | {"billing_starts": s})) for s in ("request", "healthy"))
+    work = 10 * 3600.0
+    assert expected_spot_run(spot_early, work).running_s - expected_spot_run(spot_late, work).running_s == \
+        pytest.approx(180)
+    first = [simulate_spot_run(o, work, runs=1, seed=2)[0] for o in (spot_early, spot_late)]
+    assert first[0].running_s - first[1].running_s == pytest.approx(180)
+
+
+# --- stop or release after the job (docs/cost.md §2.6) ---------------------------------------------
+
+def test_keeping_the_machine_stopped_bills_its_disks_at_the_stopped_rate() -> None:
+    # RunPod volume disk: 0.10 running, 0.20 stopped per GB-month; kept stopped 7 days = 168 h.
+    disk = StorageItem(name="volume", size_gb=100, price_per_gb_month=0.10, stopped_price_per_gb_month=0.20)
+    o = offer(storage=(disk,))
+    released = price_job(o, 3600)
+    kept = price_job(o, 3600, CostOptions(keep_stopped_days=7))
+    storage = [next(ln.amount for ln in c.lines if ln.name == "storage: volume") for c in (released, kept)]
+    assert storage[1] - storage[0] == pytest.approx(100 * 0.20 * 168 / 730)
+    assert kept.total - released.total == pytest.approx(100 * 0.20 * 168 / 730)
+    compute = next(ln for ln in kept.lines if ln.name == "compute kept stopped after the job")
+    assert compute.amount == 0.0  # shown at zero: keeping it was priced, and compute stops when stopped
+    assert not any(ln.name == "compute kept stopped after the job" for ln in released.lines)
+
+
+def test_keeping_stopped_bills_stopped_compute_where_the_provider_does() -> None:
+    # Azure "Stopped" (not deallocated) keeps billing compute.
+    cost = price_job(offer(stopped_price_per_hour=1.5), 3600, CostOptions(keep_stopped_days=2))
+    assert next(ln.amount for ln in cost.lines if ln.name == "compute kept stopped after the job") == \
+        pytest.approx(48 * 1.5)
+
+
+def test_storage_with_its_own_lifetime_is_not_extended_by_keeping_the_machine() -> None:
+    volume = StorageItem(name="network volume", size_gb=730, price_per_gb_month=1.0, lifetime_hours=10)
+    released, kept = (price_job(offer(storage=(volume,)), 3600, CostOptions(keep_stopped_days=d)) for d in (0, 30))
+    amounts = [next(ln.amount for ln in c.lines if ln.name == "storage: network volume") for c in (released, kept)]
+    assert amounts == [pytest.approx(10.0), pytest.approx(10.0)]
+
+
+@pytest.mark.parametrize("days", [-1.0, math.nan, math.inf, 3651.0])
+def test_days_kept_stopped_are_checked(days: float) -> None:
+    with pytest.raises(SpecError, match="--keep-stopped-days") as err:
+        cost_options(keep_stopped_days=days)
+    assert "3650" in err.value.why
+
+
+# --- a bill in another currency ---------------------------------------------------------------------
+
+CNY = ExchangeRate(currency="CNY", usd_per_unit=0.14, observed_at=date(2026, 11, 30), source="test rate")
+
+
+def test_a_bill_is_shown_in_the_users_currency_line_by_line() -> None:
+    bill = price_job(offer(price=10.0, currency="CNY", startup_s=360), 3600)
+    in_usd = bill_in(bill, display_currency("USD", [CNY]), [CNY])
+    assert in_usd.currency == "USD" and in_usd.total == pytest.approx(bill.total * 0.14)
+    assert [ln.amount for ln in in_usd.lines] == [pytest.approx(ln.amount * 0.14) for ln in bill.lines]
+    assert "converted from CNY to USD" in in_usd.note
+    assert bill_in(bill, display_currency("CNY", [CNY]), [CNY]) == bill  # same currency: nothing to convert
+    with pytest.raises(SpecError, match="No exchange rate for CNY"):
+        bill_in(bill, display_currency(None, []), [])
+
+
+def test_pick_prices_keeping_the_machine_stopped_instead_of_releasing_it() -> None:
+    from gpuscout import api
+
+    released, kept = ({r.offer_id: r for r in api.pick(None, options=CostOptions(keep_stopped_days=d),
+                                                        today=date(2026, 12, 1)).pick.rows} for d in (0, 7))
+    runpod, lam = "runpod-community-h100-sxm", "lambda-h100-sxm-1x"  # a 100 GB volume at 0.20 stopped; no disk
+    assert kept[runpod].total_usd == pytest.approx((released[runpod].total_usd or 0) + 100 * 0.20 * 168 / 730)
+    assert kept[lam].total_usd == pytest.approx(released[lam].total_usd)

@@ -4,10 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from gpuscout.estimator.fit import combined_plan, largest_fitting, limits, suggest_changes
+from gpuscout.estimator.fit import (
+    candidates,
+    combined_plan,
+    largest_fitting,
+    limits,
+    plan_keeping_task,
+    planned_job,
+    suggest_changes,
+)
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.screen import screen
 from gpuscout.hardware.catalog import find_gpu, load_catalog
+from gpuscout.report.estimate_detail import limits_text
 from gpuscout.workload.image import load_image_preset
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
 from gpuscout.workload.presets import load_llm_preset
@@ -72,3 +81,63 @@ def test_screening_covers_the_whole_catalog() -> None:
     assert len(result.verdicts) == len(load_catalog())
     assert any(v.fits for v in result.verdicts) and any(not v.fits for v in result.verdicts)
     assert all(v.plan or v.fits or v.suggestions for v in result.verdicts)
+
+
+def test_every_candidate_says_whether_it_keeps_the_task() -> None:
+    """The changes that alter what the job computes are exactly the ones classed as such."""
+    seventy = load_llm_preset("llama-3.1-70b")
+    jobs = [
+        (FinetuneJob(kind="finetune", model="llama-3-8b", method="full", micro_batch=4, seq_len=4096,
+                     attention="eager"), LLAMA),
+        (InferenceJob(kind="inference", model="llama-3.1-70b", prompt_tokens=8000, concurrency=16), seventy),
+        (ImageJob(kind="image", model="sdxl", batch=4, dtype="fp32", attention="eager"), load_image_preset("sdxl")),
+    ]
+    changing = {"LoRA instead of full fine-tuning", "QLoRA (4-bit NF4 base weights)", "seq_len 4096 → 2048",
+                "concurrency 16 → 8", "fp8 weights", "int4 weights", "prompt_tokens 8000 → 4000",
+                "1024×1024 → 512×512"}
+    seen = set()
+    for job, model in jobs:
+        for c in candidates(job, model, find_gpu("rtx-4090")):
+            assert c.keeps_task == (c.change not in changing), c.change
+            assert c.slowdown[0] >= 1.0 and c.slowdown[1] >= c.slowdown[0]
+            seen.add(c.change)
+    assert changing <= seen
+
+
+def test_a_plan_keeps_the_task_when_it_can_and_needs_every_step() -> None:
+    plain_lora = FinetuneJob(kind="finetune", model="llama-3-8b", method="lora", micro_batch=4, seq_len=2048,
+                             grad_accum=4)
+    plan = combined_plan(plain_lora, LLAMA, RTX4090)
+    assert plan and all(s.keeps_task for s in plan) and plan[-1].fits
+    assert estimate_memory(planned_job(plain_lora, plan), LLAMA, RTX4090).fits
+    for i in range(len(plan)):  # pruned: leaving any step out no longer fits
+        assert not estimate_memory(planned_job(plain_lora, plan[:i] + plan[i + 1:]), LLAMA, RTX4090).fits
+
+
+def test_same_gpus_plans_leave_the_gpu_count_alone() -> None:
+    seventy, h100 = load_llm_preset("llama-3.1-70b"), find_gpu("h100")
+    full = FinetuneJob(kind="finetune", model="llama-3.1-70b", method="full", seq_len=2048,
+                       gradient_checkpointing=True)
+    spread = plan_keeping_task(full, seventy, h100)
+    assert spread and "gpus" in spread[-1].spec_change and all(s.keeps_task for s in spread)
+    assert plan_keeping_task(full, seventy, h100, same_gpus=True) == ()  # one H100 cannot hold it, whatever
+
+
+def test_nothing_fits_is_said_in_words() -> None:
+    assert limits_text({"micro_batch": 0, "seq_len": 9216}) == "micro_batch: nothing fits, even at 1; seq_len = 9,216"
+
+
+def test_a_gpu_the_job_does_not_fit_shows_no_job_time() -> None:
+    """As written the job does not run there, so a time would mislead; the fix column says what would."""
+    from tests.report.screens import render, rows_by_header
+
+    from gpuscout.report.estimate import screening_table
+    from gpuscout.report.footnotes import Footnotes
+
+    plain_lora = FinetuneJob(kind="finetune", model="llama-3-8b", method="lora", micro_batch=4, seq_len=2048,
+                             grad_accum=4)  # 91.6 GiB: an H200 holds it, an RTX 4090 does not
+    gpus = [RTX4090, find_gpu("h200")]
+    rows = rows_by_header(render(screening_table(screen(plain_lora, LLAMA, gpus), Footnotes()), 120), "GPU")
+    by_fit = {r["fits"]: r for r in rows if r["fits"] in ("yes", "no")}
+    assert by_fit["no"]["job time"] == "-" and by_fit["no"]["cheapest fix"]
+    assert by_fit["yes"]["job time"] not in ("", "-")

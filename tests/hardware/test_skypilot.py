@@ -64,21 +64,20 @@ def test_aws_skipped_rows_are_counted_with_reasons() -> None:
         [
             ("H100", "duplicate row"),
             ("L4", FRACTIONAL),
-            ("V100", UNKNOWN_GPU),
-            ("V100", UNKNOWN_GPU),
             ("Inferentia2", UNKNOWN_GPU),
             ("", NO_GPU),
         ]
     )
     summary = describe_import(result)
-    assert summary.startswith("imported 8 offers, skipped 6 rows (unknown GPUs: Inferentia2, V100 ×2;")
+    assert summary.startswith("imported 12 offers, skipped 4 rows (unknown GPUs: Inferentia2;")
+    assert _by_id(result)["aws-p3.8xlarge-us-east-1a"].gpu == "v100-sxm2-16gb"  # V100 is in the catalog since issue 11
     assert "fractional GPU count: 1" in summary
 
 
 def test_include_spot_false_gives_on_demand_only() -> None:
     result = _import("skypilot_aws_vms.csv", "aws", include_spot=False)
     assert {offer.tier for offer in result.offers} == {"on-demand"}
-    assert len(result.offers) == 5
+    assert len(result.offers) == 7
 
 
 def test_gcp_host_and_attachable_gpu_prices_are_summed() -> None:
@@ -106,7 +105,7 @@ def test_gcp_attachable_rows_are_never_taken_for_machines() -> None:
         ("H100", HOST_WITHOUT_GPU),  # a3-highgpu-8g, whose H100 row is not in the file
         ("", NO_GPU),  # n1-standard-8
         ("L4", UNMATCHED_ATTACHABLE),  # europe-west4 L4 with no g2 host there
-        ("T4", UNKNOWN_GPU),
+        ("T4", UNMATCHED_ATTACHABLE),  # a known GPU (issue 11) whose n1 host is not in the file
     }
 
 
@@ -121,7 +120,8 @@ def test_lambda_column_order_and_billing_terms() -> None:
     assert offers["lambda-gpu_1x_gh200-us-east-3"].gpu == "gh200-96gb"
     assert all(o.billing_increment_s == 60 and o.billing_starts == "healthy" for o in result.offers)
     assert all(o.tier == "on-demand" for o in result.offers)  # empty SpotPrice
-    assert describe_import(result) == "imported 6 offers, skipped 2 rows (unknown GPUs: V100; no GPU: 1)"
+    assert offers["lambda-gpu_8x_v100-us-east-1"].gpu == "v100-sxm2-16gb"
+    assert describe_import(result) == "imported 7 offers, skipped 1 rows (no GPU: 1)"
 
 
 def test_missing_columns_name_expected_and_found() -> None:
@@ -184,7 +184,10 @@ def test_unknown_cloud_gets_default_terms_and_a_note(tmp_path: Path) -> None:
         ("A10", "", None, "a10"),
         ("RTX4090", "", None, "rtx-4090"),
         ("A6000", "", None, "rtx-a6000"),
-        ("V100", "", None, None),
+        ("V100", "", None, "v100-sxm2-16gb"),
+        ("V100-32GB", "", None, "v100-sxm2-32gb"),
+        ("T4", "", None, "t4"),
+        ("K80", "", None, None),
         ("tpu-v5p-8", "", None, None),
     ],
 )

@@ -30,7 +30,8 @@ def test_money_has_cents_and_more_digits_only_below_a_cent() -> None:
     assert numbers.money(0.0036) == "$0.0036"
     assert numbers.money(0.00004321) == "$0.000043"
     assert numbers.money(0) == "$0.00" and numbers.money(None) == "-"
-    assert numbers.money(12.0, "CNY") == "¥12.00" and numbers.money(3.5, "SGD") == "SGD 3.50"
+    assert numbers.money(12.0, "CNY") == "CN¥12.00" and numbers.money(3.5, "SGD") == "SGD 3.50"
+    assert numbers.money(1.0, "JPY") == "JP¥1.00" and numbers.money_in(14.0, "CNY", 0.14) == "CN¥100.00"
     assert numbers.money(-2.5) == "-$2.50"
 
 

@@ -32,6 +32,11 @@ WideFlag = Annotated[bool, typer.Option("--wide", help="Every column, however wi
 RunsOption = Annotated[int, typer.Option(help="Independent runs of every case, interleaved (fresh processes).")]
 RegionOption = Annotated[str | None, typer.Option(help="Region the machine was rented in (a fixed variable).")]
 BillingOption = Annotated[str | None, typer.Option(help="Billing type: on-demand, spot, reserved … (fixed).")]
+CurrencyOption = Annotated[str | None, typer.Option(
+    "--currency", help="Show amounts (and read --budget) in this ISO currency, e.g. CNY; needs a rate for it.")]
+FxOption = Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit, e.g. CNY=0.14.")]
+KeepStoppedOption = Annotated[float, typer.Option(
+    help="Keep the machine stopped this many days after the job instead of releasing it (disks bill).")]
 JobArg = Annotated[str | None, typer.Argument(
     metavar="JOB", help="Job spec (TOML path) or a shipped example's name; without it, the built-in default job.")]
 
@@ -111,11 +116,22 @@ def pick(
                                                 "default: the bundled example sheet.")] = None,
     cloud: Annotated[str | None, typer.Option(help="Cloud of a SkyPilot vms.csv (default: its folder).")] = None,
     deadline: Annotated[str | None, typer.Option(help="Exclude offers slower than this, e.g. 12h.")] = None,
-    budget: Annotated[float | None, typer.Option(help="Exclude offers dearer than this many USD.")] = None,
-    fx: Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit, e.g. CNY=0.14.")] = None,
+    budget: Annotated[float | None, typer.Option(help="Exclude offers dearer than this (in --currency).")] = None,
+    currency: CurrencyOption = None,
+    fx: FxOption = None,
+    keep_stopped_days: KeepStoppedOption = 0.0,
     egress_gb: Annotated[float, typer.Option(help="Data moved out of the machine, GB.")] = 0.0,
     failed_attempts: Annotated[float, typer.Option(help="Expected failed attempts before success.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the spot simulation.")] = 0,
+    as_written: Annotated[bool, typer.Option("--as-written", help="No plans: exclude offers the job as written "
+                                             "does not fit.")] = False,
+    dataset_gb: Annotated[float | None, typer.Option(help="Size of the job's dataset, GB (disk, transfer).")] = None,
+    dataset_region: Annotated[str | None, typer.Option(help="Where it lives: CLOUD:REGION "
+                                                       "(aws:us-east-1).")] = None,
+    dataset_url: Annotated[str | None, typer.Option(help="Or its URL (priced as internet egress).")] = None,
+    dataset_egress_per_gb: Annotated[float | None, typer.Option(help="Your egress price at the source, "
+                                                                "USD/GB (default: dated examples).")] = None,
+    dataset_gbps: Annotated[float | None, typer.Option(help="Your transfer bandwidth, Gbit/s.")] = None,
     wide: WideFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
@@ -125,8 +141,11 @@ def pick(
     from gpuscout.report.payload import pick_payload
     from gpuscout.report.pick import pick_screen
 
-    report = api.pick(job, offers=offers, cloud=cloud, deadline=deadline, budget_usd=budget, fx=fx or (),
-                      options=cost_options(egress_gb=egress_gb, failed_attempts=failed_attempts, seed=seed))
+    report = api.pick(job, offers=offers, cloud=cloud, deadline=deadline, budget=budget, currency=currency,
+                      fx=fx or (), options=cost_options(egress_gb=egress_gb, failed_attempts=failed_attempts, seed=seed,
+                                                        keep_stopped_days=keep_stopped_days),
+                      as_written=as_written, dataset_gb=dataset_gb, dataset_region=dataset_region,
+                      dataset_url=dataset_url, dataset_egress_per_gb=dataset_egress_per_gb, dataset_gbps=dataset_gbps)
     _emit(lambda: pick_payload(report.job, report.pick, report.offers_notes),
           lambda: pick_screen(report.pick, report.offers_notes, wide=wide), as_json)
 
@@ -145,25 +164,32 @@ def cost(
     idle_tail_s: Annotated[float, typer.Option(help="Billed idle time after the job ends, s.")] = 0.0,
     offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet to take --offer from.")] = None,
     offer: Annotated[str | None, typer.Option("--offer", help="Offer id: bill --hours under its rules.")] = None,
+    currency: CurrencyOption = None,
+    fx: FxOption = None,
+    keep_stopped_days: KeepStoppedOption = 0.0,
     as_json: JsonFlag = False,
 ) -> None:
     """Plain calculator: total = price × GPUs × hours + storage + transfer + retries (and the real bill)."""
     from gpuscout import api
+    from gpuscout.cost.billing import cost_options
     from gpuscout.report.payload import bill_payload, calculator_payload
     from gpuscout.report.pick import bill_table, calculator_table
 
     report = api.cost(hours=hours, usd_per_gpu_hour=usd_per_gpu_hour, gpus=gpus, storage_usd=storage_usd,
                       transfer_usd=transfer_usd, retry_usd=retry_usd, increment_s=increment_s,
                       min_billed_s=min_billed_s, startup_s=startup_s, idle_tail_s=idle_tail_s, offers=offers,
-                      offer=offer)
+                      offer=offer, currency=currency, fx=fx or (),
+                      options=cost_options(keep_stopped_days=keep_stopped_days))
     if report.offer is not None and report.bill is not None:
         the_offer, bill = report.offer, report.bill
-        _emit(lambda: bill_payload(the_offer, bill),
-              lambda: bill_table(bill, f"{the_offer.id}: {report.hours:g} h of work, as billed"), as_json)
+        _emit(lambda: bill_payload(the_offer, bill, report.rates),
+              lambda: bill_table(bill, f"{the_offer.id}: {report.hours:g} h of work, as billed", report.rates),
+              as_json)
         return
     assert report.plain is not None
-    plain = report.plain
-    _emit(lambda: calculator_payload(plain, report.billed), lambda: calculator_table(plain, report.billed), as_json)
+    plain, shown = report.plain, report.currency
+    _emit(lambda: calculator_payload(plain, report.billed, shown),
+          lambda: calculator_table(plain, report.billed, shown), as_json)
 
 
 @app.command()
@@ -227,7 +253,9 @@ def compare(
     offer: Annotated[list[str] | None, typer.Option("--offer", help="Offer id per result, in order.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table | md | json.")] = "table",
     allow_diff: Annotated[bool, typer.Option("--allow-diff", help="Compare although fixed variables differ.")] = False,
-    fx: Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit.")] = None,
+    fx: FxOption = None,
+    currency: CurrencyOption = None,
+    keep_stopped_days: KeepStoppedOption = 0.0,
     min_effect: Annotated[float, typer.Option(help="Smaller differences are no meaningful difference.")] = 0.05,
     noise_floor: Annotated[float, typer.Option(help="With one run on a side, smaller differences name no winner.")]
     = 0.25,
@@ -249,9 +277,13 @@ def compare(
     if fmt not in renderers:
         raise SpecError(f"Unknown format {fmt!r}.", "compare writes a rich table, Markdown or JSON.",
                         "Use --format table, md or json.")
+    from gpuscout.cost.billing import cost_options
+
     report = api.compare(results, offers=offers, offer_ids=offer or (), allow_diff=allow_diff, fx=fx or (),
-                         options=compare_options(min_effect=min_effect, noise_floor=noise_floor))
-    out = renderers[fmt](report.comparison, report.verdict, report.costs, notes=report.warnings, rates=report.rates)
+                         options=compare_options(min_effect=min_effect, noise_floor=noise_floor), currency=currency,
+                         cost_options=cost_options(keep_stopped_days=keep_stopped_days))
+    out = renderers[fmt](report.comparison, report.verdict, report.costs, notes=report.warnings, rates=report.rates,
+                         currency=report.currency)
     if isinstance(out, str):
         sys.stdout.write(out if out.endswith("\n") else out + "\n")
     else:

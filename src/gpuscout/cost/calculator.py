@@ -1,13 +1,17 @@
-"""`gpuscout cost`: the plain calculator, and how the real bill differs from the plain product."""
+"""`gpuscout cost`: the plain calculator, how the real bill differs from the plain product, and an
+offer's bill with the extras the user knows about (docs/cost.md §1.2)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.cost.billed_time import round_bill
+from gpuscout.cost.billing import CostLine, JobCost
 from gpuscout.errors import SpecError
+from gpuscout.hardware.currency import ExchangeRate, to_usd
 
 HOUR_S = 3600.0
 
@@ -50,14 +54,21 @@ MAX_RULE_S = 1e7  # billing increments, minimums, startup and idle tails: under 
 
 
 def checked_hours(hours: float | None) -> float:
-    """The run's hours, refused when missing, not positive or not finite."""
-    return _number("hours", hours, minimum=0.0, maximum=MAX_HOURS, positive=True)
+    """The run's hours, refused when missing, negative or not finite.
+
+    Zero is allowed: a placeholder call (`--hours 0`) prices nothing and says 0.00; the bill of an
+    offer still shows what one start costs (startup, minimum, idle tail).
+    """
+    return _number("hours", hours, minimum=0.0, maximum=MAX_HOURS)
 
 
 def plain_cost(usd_per_gpu_hour: float | None, gpus: int, hours: float, *, storage_usd: float = 0.0,
                transfer_usd: float = 0.0, retry_usd: float = 0.0) -> PlainCost:
-    """price × GPUs × hours + extras; every input is checked (what / why / to fix)."""
-    price = _number("usd-per-gpu-hour", usd_per_gpu_hour, minimum=0.0, maximum=MAX_USD, positive=True)
+    """price × GPUs × hours + extras; every input is checked (what / why / to fix).
+
+    A zero price is allowed like zero hours: a placeholder call with zeros says 0.00. Negative,
+    NaN, infinite and absurd values are refused with the range."""
+    price = _number("usd-per-gpu-hour", usd_per_gpu_hour, minimum=0.0, maximum=MAX_USD)
     _number("gpus", gpus, minimum=0.0, maximum=1e6, positive=True)
     extras = {name: _number(name, value, minimum=0.0, maximum=MAX_USD)
               for name, value in (("storage-usd", storage_usd), ("transfer-usd", transfer_usd),
@@ -80,6 +91,30 @@ def billed_cost(plain: PlainCost, *, increment_s: float = 1.0, min_billed_s: flo
     return BilledCost(increment_s=increment_s, min_billed_s=min_billed_s, startup_s=startup_s,
                       idle_tail_s=idle_tail_s, billed_hours=billed_s / HOUR_S, compute_usd=compute,
                       total_usd=total, difference_usd=total - plain.total_usd)
+
+
+GIVEN_EXTRAS = (("storage", "storage-usd"), ("transfer", "transfer-usd"), ("retries", "retry-usd"))
+
+
+def with_given_extras(bill: JobCost, rates: Sequence[ExchangeRate], *, storage_usd: float = 0.0,
+                      transfer_usd: float = 0.0, retry_usd: float = 0.0) -> JobCost:
+    """An offer's bill plus the USD amounts the user gave (--storage-usd, --transfer-usd, --retry-usd).
+
+    Each becomes its own line in the bill's currency, converted with the rates given, so nothing the
+    user typed is dropped; an offer in another currency without a rate is an error that names --fx.
+    """
+    amounts = dict(zip((flag for _, flag in GIVEN_EXTRAS), (storage_usd, transfer_usd, retry_usd), strict=True))
+    checked = {flag: _number(flag, value, minimum=0.0, maximum=MAX_USD) for flag, value in amounts.items()}
+    given = [(name, flag, checked[flag]) for name, flag in GIVEN_EXTRAS if checked[flag]]
+    if not given:
+        return bill
+    usd_per_unit = to_usd(1.0, bill.currency, rates)
+    at = "" if bill.currency == "USD" else f" at 1 {bill.currency} = {usd_per_unit:g} USD"
+    lines = tuple(CostLine(name=f"{name} (given)", amount=usd / usd_per_unit, formula=f"--{flag} {usd:g} USD{at}")
+                  for name, flag, usd in given)
+    added = sum(line.amount for line in lines)
+    return bill.model_copy(update={"lines": (*bill.lines, *lines), "total": bill.total + added,
+                                   "total_p95": bill.total_p95 + added})
 
 
 def _number(flag: str, value: float | None, *, minimum: float, maximum: float, positive: bool = False) -> float:

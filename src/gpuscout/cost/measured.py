@@ -32,7 +32,7 @@ from gpuscout.cost.billing import CostOptions, JobCost, price_job
 from gpuscout.cost.pick import unit_costs
 from gpuscout.errors import GpuscoutError, SpecError
 from gpuscout.hardware.catalog import find_gpu
-from gpuscout.hardware.currency import ExchangeRate, to_usd
+from gpuscout.hardware.currency import USD, DisplayCurrency, ExchangeRate, to_usd
 from gpuscout.hardware.offers import Offer, is_stale
 from gpuscout.hardware.price_sheet import PriceSheet, find_offer
 from gpuscout.results.compare import headline_metric
@@ -215,9 +215,10 @@ def offer_warnings(result: BenchResult, job: FinetuneJob | InferenceJob | ImageJ
     return tuple(out)
 
 
-def cost_point(cost: MeasuredCost) -> CostPoint:
+def cost_point(cost: MeasuredCost, currency: DisplayCurrency = USD) -> CostPoint:
     note = f"{cost.provider}'s {cost.observed_at} price{' (EXAMPLE)' if cost.example else ''}"
-    return CostPoint(total_usd=cost.total_usd, low_usd=cost.low_usd, high_usd=cost.high_usd, price_note=note)
+    return CostPoint(total_usd=cost.total_usd, low_usd=cost.low_usd, high_usd=cost.high_usd, price_note=note,
+                     currency=currency.code, usd_per_unit=currency.usd_per_unit)
 
 
 # ---------------------------------------------------------------- which offer for which result
@@ -233,10 +234,11 @@ def result_sku(result: BenchResult) -> str | None:
 
 
 def price_results(results: Sequence[BenchResult], sheet: PriceSheet, offer_ids: Sequence[str], *,
-                  rates: Sequence[ExchangeRate], today: date) -> list[MeasuredCost]:
+                  rates: Sequence[ExchangeRate], today: date, options: CostOptions | None = None) -> list[MeasuredCost]:
     """The whole job's bill on each result's offer (`match_offers`), at its measured throughput."""
     offers = match_offers(results, sheet, offer_ids)
-    return [price_measured(r, o, rates=rates, today=today) for r, o in zip(results, offers, strict=True)]
+    return [price_measured(r, o, rates=rates, today=today, options=options)
+            for r, o in zip(results, offers, strict=True)]
 
 
 def match_offers(results: Sequence[BenchResult], sheet: PriceSheet, offer_ids: Sequence[str]) -> list[Offer]:

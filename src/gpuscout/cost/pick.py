@@ -3,27 +3,53 @@
 For each offer the job is laid out on the whole instance the way a user would run it:
 fine-tuning data-parallel over all its GPUs (ZeRO-3 when one GPU cannot hold the states),
 serving with the smallest tensor-parallel group that fits and replicas on the rest, images with
-one pipeline per GPU. Then the speed model gives the runtime and the billing model the bill.
+one pipeline per GPU. Where the job as written does not fit, the estimator's changes that keep the
+task (micro-batch with more accumulation, chunked loss, checkpointing, 8-bit or offloaded optimizer,
+fp8 KV cache, VAE tiling …) are applied, cheapest in speed first, and the runtime is estimated
+under that plan; changes that alter the task are only offered. Then the speed model gives the
+runtime and the billing model the bill. Offers share instance shapes (GPU × count), so each
+shape is laid out once per ranking.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 from datetime import date
 
 from pydantic import BaseModel, ConfigDict
 
-from gpuscout.cost.billing import CostOptions, JobCost, price_job
+from gpuscout.cost.billing import CostOptions, JobCost
+from gpuscout.cost.machine import MachineCheck, check_machine, price_on_machine
 from gpuscout.cost.spot import SpotNeverFinishes
-from gpuscout.errors import SpecError
+from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.estimator.fit import (
+    Suggestion,
+    plan_keeping_task,
+    plan_slowdown,
+    planned_job,
+    task_changing_options,
+)
 from gpuscout.estimator.memory import Job, Model, estimate_memory
 from gpuscout.estimator.speed import SpeedEstimate, estimate_speed
 from gpuscout.hardware.catalog import Gpu, find_gpu
-from gpuscout.hardware.currency import ExchangeRate, to_usd
+from gpuscout.hardware.currency import (
+    USD,
+    DisplayCurrency,
+    ExchangeRate,
+    amount_text,
+    from_usd,
+    missing_rate_fix,
+    to_usd,
+)
 from gpuscout.hardware.offers import Offer, is_stale, price_warnings
+from gpuscout.workload.colocated import ColocatedShape
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
 
 THROUGHPUTS = frozenset({"output_tokens_per_s", "requests_per_s", "images_per_s", "tokens_per_s", "samples_per_s"})
+RATES = THROUGHPUTS | {"mfu", "achieved_tflops"}  # a plan's unmodelled slowdown divides these, multiplies the rest
+SLO_METRICS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 
 
 class Placement(BaseModel):
@@ -35,6 +61,24 @@ class Placement(BaseModel):
     gpus_needed: int  # fewest GPUs whose memory holds the job (one replica)
     group: int  # GPUs per replica (data-parallel group for training, TP group for serving)
     replicas: int  # independent copies working in parallel
+    plan: tuple[Suggestion, ...] = ()  # changes that keep the task, applied so that it fits (empty: as written)
+
+
+class Layout(BaseModel):
+    """The job on one instance shape (GPU × count): how it runs and how fast, or why it cannot."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    placement: Placement | None
+    unfit: str | None  # why it does not fit (None when placed)
+    options: tuple[Suggestion, ...] = ()  # changes that alter the task, offered when nothing else fits
+    speed: SpeedEstimate | None = None  # of the placed (planned) job, before replicas and slowdowns
+    runtime_s: float = 0.0  # whole job on the instance: replicas and the plan's slowdown applied
+    runtime_low_s: float = 0.0
+    runtime_high_s: float = 0.0
+    metrics: dict[str, float] = {}
+    slo_miss: str | None = None  # 'TPOT 0.070 s > 0.05 s at the band's slow end'
+    slo_met: bool | None = None
 
 
 class PickRow(BaseModel):
@@ -62,6 +106,9 @@ class PickRow(BaseModel):
     excluded: str | None  # one-line reason, None when the offer is ranked
     pareto: bool = False
     cost: JobCost | None = None
+    plan: tuple[Suggestion, ...] = ()  # changes that keep the task, applied so that it fits (empty: as written)
+    options: tuple[Suggestion, ...] = ()  # changes that alter the task, offered (never applied) when unfit
+    machine: MachineCheck | None = None  # the host: RAM, vCPUs, disk and the dataset's pull (docs/cost.md §2.14)
 
 
 class PickResult(BaseModel):
@@ -71,46 +118,85 @@ class PickResult(BaseModel):
     rows: tuple[PickRow, ...]  # ranked rows first (cheapest total first), then the excluded
     exchange_rates: tuple[ExchangeRate, ...]
     warnings: tuple[str, ...]
+    as_written: bool = False  # plans were turned off: only the job as written was placed
+    currency: DisplayCurrency = USD  # totals are ranked in USD and shown in this currency (docs/cost.md §3)
 
 
 def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[ExchangeRate] = (),
          deadline_s: float | None = None, budget_usd: float | None = None, today: date,
-         options: CostOptions | None = None) -> PickResult:
-    rows = [judge_offer(job, model, o, rates, deadline_s, budget_usd, today, options) for o in offers]
+         options: CostOptions | None = None, currency: DisplayCurrency = USD, as_written: bool = False) -> PickResult:
+    """Rank offers by total job cost; `as_written` places only the job as written (no plans)."""
+    layouts: dict[tuple[str, int], Layout] = {}  # many offers share a GPU and a count
+    rows = [judge_offer(job, model, o, rates, deadline_s, budget_usd, today, options, currency,
+                        layouts=layouts, as_written=as_written) for o in offers]
     ranked = sorted((r for r in rows if r.excluded is None), key=lambda r: r.total_usd or 0.0)
     ranked = mark_pareto(ranked)
     excluded = [r for r in rows if r.excluded is not None]
     return PickResult(job_name=job.name, rows=(*ranked, *excluded), exchange_rates=tuple(rates),
-                      warnings=price_warnings(offers, today))
+                      warnings=price_warnings(offers, today), currency=currency, as_written=as_written)
 
 
 def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRate], deadline_s: float | None,
-                budget_usd: float | None, today: date, options: CostOptions | None) -> PickRow:
+                budget_usd: float | None, today: date, options: CostOptions | None,
+                currency: DisplayCurrency = USD, *, layouts: dict[tuple[str, int], Layout] | None = None,
+                as_written: bool = False) -> PickRow:
+    """One offer: lay the job out on its instance (cached per shape), bill the runtime, apply the limits."""
     gpu = find_gpu(offer.gpu)
+    cache = layouts if layouts is not None else {}
+    key = (gpu.sku, offer.gpu_count)
+    if key not in cache:
+        cache[key] = lay_out(job, model, gpu, offer.gpu_count, as_written=as_written)
+    layout = cache[key]
     base = _row_base(offer, today)
-    placement = place(job, model, gpu, offer.gpu_count)
-    if placement is None:
-        return PickRow(**base | {"fits": False, "excluded": f"does not fit in {offer.gpu_count} × {gpu.name}"})
-    speed = estimate_speed(placement.job, model, gpu, gpus=placement.group)
-    runtime, low, high = (s / placement.replicas for s in (speed.job_s, speed.job_low_s, speed.job_high_s))
+    if layout.placement is None or layout.speed is None:
+        return PickRow(**base | {"fits": False, "excluded": layout.unfit, "options": layout.options})
+    placement, speed = layout.placement, layout.speed
+    machine = check_machine(placement.job, model, offer, processes=placement.group * placement.replicas,
+                            data=options.data if options is not None else None)
+    fitted = {"fits": True, "gpus_needed": placement.gpus_needed, "runtime_s": layout.runtime_s,
+              "bound": speed.bound, "plan": placement.plan, "machine": machine}
+    if machine.excluded is not None:
+        return PickRow(**base | fitted | {"excluded": machine.excluded})
     try:
-        cost = price_job(offer, runtime, options)
+        cost = price_on_machine(offer, layout.runtime_s, options, machine, rates)
     except SpotNeverFinishes as exc:
-        return PickRow(**base | {"fits": True, "gpus_needed": placement.gpus_needed, "runtime_s": runtime,
-                                 "bound": speed.bound, "excluded": f"never finishes on spot: {exc.what}"})
-    slo = slo_met(job, speed)
-    timing = {"fits": True, "gpus_needed": placement.gpus_needed, "runtime_s": runtime, "runtime_low_s": low,
-              "runtime_high_s": high, "bound": speed.bound, "metrics": _scaled_metrics(speed, placement),
-              "slo_met": slo, "cost": cost}
+        return PickRow(**base | fitted | {"excluded": f"never finishes on spot: {exc.what}"})
+    timing = fitted | {"runtime_low_s": layout.runtime_low_s, "runtime_high_s": layout.runtime_high_s,
+                       "metrics": layout.metrics, "slo_met": layout.slo_met, "cost": cost}
     try:
         total, p95 = (to_usd(x, offer.currency, rates) for x in (cost.total, cost.total_p95))
     except SpecError:
-        no_rate = f"priced in {offer.currency} and no exchange rate was given (--fx {offer.currency}=<USD per unit>)"
+        no_rate = f"priced in {offer.currency} and no exchange rate was given: {missing_rate_fix(offer.currency)}"
         return PickRow(**base | timing | {"excluded": no_rate})
     units = unit_costs(job, total)
-    reason = exclusion(runtime, total, slo, deadline_s, budget_usd)
+    reason = exclusion(layout.runtime_s, total, layout.slo_miss, deadline_s, budget_usd, currency)
     return PickRow(**base | timing | {"total_usd": total, "total_p95_usd": p95, "unit_costs_usd": units,
                                       "excluded": reason})
+
+
+def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = False) -> Layout:
+    """The job on `count` × `gpu`: as written if it fits, else under a plan that keeps the task
+    (unless `as_written`); the runtime with replicas and the plan's unmodelled slowdown applied."""
+    placement = place(job, model, gpu, count)
+    if placement is None and not as_written:
+        placement = place_with_plan(job, model, gpu, count)
+    if placement is None:
+        how = " as written" if as_written else ", even with a plan"  # a plan: changes that keep the task
+        return Layout(placement=None, unfit=f"does not fit in {count} × {gpu.name}{how}",
+                      options=() if as_written else _options(job, model, gpu, count))
+    try:
+        speed = estimate_speed(_timed_job(placement, job), model, gpu, gpus=placement.group)
+    except GpuscoutError as exc:  # no rate to time it with (bf16 on a V100, GH200 × n): excluded, with the reason
+        why, fix = (f"{s[:1].lower()}{s[1:]}".rstrip(".") for s in (exc.why, exc.fix))
+        return Layout(placement=None, unfit=f"no job time on {count} × {gpu.name}: {why}; to fix, {fix}")
+    slow, slow_high = plan_slowdown(placement.plan)
+    runtime, low, high = (s / placement.replicas for s in
+                          (speed.job_s * slow, speed.job_low_s * slow, speed.job_high_s * slow_high))
+    misses = slo_misses(job, speed, slow_high)
+    return Layout(placement=placement, unfit=None, speed=speed, runtime_s=runtime, runtime_low_s=low,
+                  runtime_high_s=high, metrics=_scaled_metrics(speed, placement, slow),
+                  slo_miss="; ".join(misses) + " at the band's slow end" if misses else None,
+                  slo_met=not misses if any(k in speed.metrics for k in _slo_targets(job)) else None)
 
 
 def _row_base(offer: Offer, today: date) -> dict[str, object]:
@@ -119,6 +205,17 @@ def _row_base(offer: Offer, today: date) -> dict[str, object]:
             "stale": is_stale(offer, today), "gpus_needed": None, "runtime_s": None,
             "runtime_low_s": None, "runtime_high_s": None, "bound": None, "total_usd": None,
             "total_p95_usd": None, "unit_costs_usd": {}, "slo_met": None, "metrics": {}}
+
+
+def _timed_job(placement: Placement, job: Job) -> Job:
+    """The job the speed model times. An fp8 KV cache a plan adds frees memory but is timed at the
+    original KV width: vLLM's fp8 KV cache brings no latency gain without fused dequantization
+    (docs/estimator.md §2.11), so fewer KV bytes must not make the plan look faster."""
+    placed = placement.job
+    if isinstance(placed, InferenceJob) and isinstance(job, InferenceJob) and \
+            any("kv_cache_dtype" in s.spec_change for s in placement.plan):
+        return placed.model_copy(update={"kv_cache_dtype": job.kv_cache_dtype})
+    return placed
 
 
 def place(job: Job, model: Model, gpu: Gpu, count: int) -> Placement | None:
@@ -135,26 +232,94 @@ def place(job: Job, model: Model, gpu: Gpu, count: int) -> Placement | None:
 
 def _place_finetune(job: FinetuneJob, model: Model, gpu: Gpu, count: int) -> Placement | None:
     """All the instance's GPUs train data-parallel; shard with ZeRO-3 if plain DP does not fit."""
-    tp = job.tensor_parallel if count % job.tensor_parallel == 0 else 1
-    for sharding in dict.fromkeys((job.sharding, "zero3")):
-        laid = job.model_copy(update={"gpus": count, "sharding": sharding, "tensor_parallel": tp})
-        if not estimate_memory(laid, model, gpu).fits:
-            continue
-        needed = next(n for n in _counts(count) if estimate_memory(laid, model, gpu, gpus=n).fits)
-        return Placement(job=laid, gpus_needed=needed, group=count, replicas=1)
+    for laid in _finetune_layouts(job, count):
+        if estimate_memory(laid, model, gpu).fits:
+            return _finetune_placement(laid, model, gpu, count, ())
     return None
+
+
+def _finetune_layouts(job: FinetuneJob, count: int) -> list[FinetuneJob]:
+    """The job data-parallel over `count` GPUs: with its own sharding, then with ZeRO-3."""
+    tp = job.tensor_parallel if count % job.tensor_parallel == 0 else 1
+    return [job.model_copy(update={"gpus": count, "sharding": sharding, "tensor_parallel": tp})
+            for sharding in dict.fromkeys((job.sharding, "zero3"))]
+
+
+def _finetune_placement(laid: FinetuneJob, model: Model, gpu: Gpu, count: int,
+                        plan: tuple[Suggestion, ...]) -> Placement:
+    needed = next(n for n in _counts(count) if estimate_memory(laid, model, gpu, gpus=n).fits)
+    return Placement(job=laid, gpus_needed=needed, group=count, replicas=1, plan=plan)
 
 
 def _place_inference(job: InferenceJob, model: Model, gpu: Gpu, count: int) -> Placement | None:
     """The smallest tensor-parallel group that fits; the remaining GPUs serve as replicas."""
-    heads = getattr(model, "num_attention_heads", 1)
-    for tp in _counts(count):
-        if heads % tp:
-            continue
+    for tp in _tensor_parallel_sizes(model, count):
         laid = job.model_copy(update={"tensor_parallel": tp})
         if estimate_memory(laid, model, gpu).fits:
             return Placement(job=laid, gpus_needed=tp, group=tp, replicas=count // tp)
     return None
+
+
+def place_with_plan(job: Job, model: Model, gpu: Gpu, count: int) -> Placement | None:
+    """The same layouts as `place`, each under the cheapest plan of task-keeping changes that fits."""
+    match job:
+        case FinetuneJob():
+            return _plan_finetune(job, model, gpu, count)
+        case InferenceJob():
+            return _plan_inference(job, model, gpu, count)
+        case ImageJob():
+            plan = plan_keeping_task(job, model, gpu, same_gpus=True)
+            if not plan:
+                return None
+            return Placement(job=planned_job(job, plan), gpus_needed=1, group=1, replicas=count, plan=plan)
+    raise AssertionError(job)
+
+
+def _plan_finetune(job: FinetuneJob, model: Model, gpu: Gpu, count: int) -> Placement | None:
+    """Plans for plain data parallelism and for ZeRO-3: the faster one wins (ZeRO-3 trades memory
+    for all-gathers, which a slow interconnect may make dearer than checkpointing)."""
+    placements = []
+    for laid in _finetune_layouts(job, count):
+        plan = plan_keeping_task(laid, model, gpu, same_gpus=True)
+        planned = planned_job(laid, plan)
+        if plan and isinstance(planned, FinetuneJob):
+            placements.append(_finetune_placement(planned, model, gpu, count, plan))
+    return min(placements, key=lambda p: _planned_seconds(p, model, gpu), default=None)
+
+
+def _planned_seconds(placement: Placement, model: Model, gpu: Gpu) -> float:
+    try:
+        return estimate_speed(placement.job, model, gpu, gpus=placement.group).job_s * plan_slowdown(placement.plan)[0]
+    except GpuscoutError:  # untimeable here: never the faster plan (lay_out reports why)
+        return float("inf")
+
+
+def _plan_inference(job: InferenceJob, model: Model, gpu: Gpu, count: int) -> Placement | None:
+    """The smallest tensor-parallel group a plan makes fit; the remaining GPUs serve as replicas."""
+    for tp in _tensor_parallel_sizes(model, count):
+        laid = job.model_copy(update={"tensor_parallel": tp})
+        plan = plan_keeping_task(laid, model, gpu, same_gpus=True)
+        if plan:
+            return Placement(job=planned_job(laid, plan), gpus_needed=tp, group=tp, replicas=count // tp, plan=plan)
+    return None
+
+
+def _tensor_parallel_sizes(model: Model, count: int) -> list[int]:
+    # Co-served models share the tensor-parallel group, so each one's heads must split evenly.
+    shapes = (model, *model.co_served) if isinstance(model, ColocatedShape) else (model,)
+    return [tp for tp in _counts(count) if all(getattr(s, "num_attention_heads", 1) % tp == 0 for s in shapes)]
+
+
+def _options(job: Job, model: Model, gpu: Gpu, count: int) -> tuple[Suggestion, ...]:
+    """Changes that alter the task, measured on the most spread-out layout the instance allows."""
+    match job:
+        case FinetuneJob():
+            widest: Job = _finetune_layouts(job, count)[-1]
+        case InferenceJob():
+            widest = job.model_copy(update={"tensor_parallel": _tensor_parallel_sizes(model, count)[-1]})
+        case ImageJob():
+            widest = job
+    return task_changing_options(widest, model, gpu)
 
 
 def _counts(limit: int) -> list[int]:
@@ -166,19 +331,38 @@ def _counts(limit: int) -> list[int]:
     return [*counts, limit]
 
 
-def _scaled_metrics(speed: SpeedEstimate, placement: Placement) -> dict[str, float]:
-    """Throughputs scale with replicas; latencies do not."""
-    return {key: value * placement.replicas if key in THROUGHPUTS else value for key, value in speed.metrics.items()}
+def _scaled_metrics(speed: SpeedEstimate, placement: Placement, slowdown: float = 1.0) -> dict[str, float]:
+    """Throughputs scale with replicas; latencies do not. A plan's slowdown lowers rates, lengthens times."""
+    return {key: _slowed(key, value * placement.replicas if key in THROUGHPUTS else value, slowdown)
+            for key, value in speed.metrics.items()}
+
+
+def _slowed(key: str, value: float, slowdown: float) -> float:
+    return value / slowdown if key in RATES else value * slowdown
+
+
+def _slo_targets(job: Job) -> dict[str, float]:
+    if not isinstance(job, InferenceJob):
+        return {}
+    targets = {"ttft_s": job.slo.ttft_p95_s, "tpot_s": job.slo.tpot_p95_s, "e2e_s": job.slo.e2e_p95_s}
+    return {k: v for k, v in targets.items() if v is not None}
+
+
+def slo_misses(job: Job, speed: SpeedEstimate, slowdown: float = 1.0) -> tuple[str, ...]:
+    """Each P95 target the pessimistic end of the band misses (a mean alone would flatter), as
+    'TPOT 0.0700 s > 0.05 s'; `slowdown` is a plan's pessimistic factor for what the model leaves out."""
+    misses = []
+    for k, v in _slo_targets(job).items():
+        slow_end = speed.metrics[k] * speed.efficiency.band_high * slowdown if k in speed.metrics else None
+        if slow_end is not None and not slow_end <= v:
+            misses.append(f"{SLO_METRICS[k]} {slow_end:#.3g} s > {v:g} s")
+    return tuple(misses)
 
 
 def slo_met(job: Job, speed: SpeedEstimate) -> bool | None:
-    """P95 targets against the pessimistic end of the estimate's band (a mean alone would flatter)."""
-    if not isinstance(job, InferenceJob):
-        return None
-    targets = {"ttft_s": job.slo.ttft_p95_s, "tpot_s": job.slo.tpot_p95_s, "e2e_s": job.slo.e2e_p95_s}
-    checks = [speed.metrics[k] * speed.efficiency.band_high <= v for k, v in targets.items()
-              if v is not None and k in speed.metrics]
-    return all(checks) if checks else None
+    """Whether every P95 target is met at the band's slow end; None when the job has none."""
+    checked = [k for k in _slo_targets(job) if k in speed.metrics]
+    return not slo_misses(job, speed) if checked else None
 
 
 def unit_costs(job: Job, total_usd: float) -> dict[str, float]:
@@ -188,28 +372,43 @@ def unit_costs(job: Job, total_usd: float) -> dict[str, float]:
             return {"usd_per_epoch": total_usd / job.epochs, "usd_per_job": total_usd,
                     "usd_per_1m_train_tokens": total_usd / tokens * 1e6}
         case InferenceJob():
-            return {"usd_per_1m_output_tokens": total_usd / (job.requests * job.output_tokens) * 1e6,
-                    "usd_per_request": total_usd / job.requests}
+            # Co-served models: the cost is of every model's requests and tokens.
+            requests = job.requests + sum(c.requests for c in job.co_served)
+            tokens = job.requests * job.output_tokens + sum(c.requests * c.output_tokens for c in job.co_served)
+            return {"usd_per_1m_output_tokens": total_usd / tokens * 1e6, "usd_per_request": total_usd / requests}
         case ImageJob():
             return {"usd_per_1000_images": total_usd / job.images * 1000}
     raise AssertionError(job)
 
 
-def exclusion(runtime_s: float, total_usd: float, slo: bool | None, deadline_s: float | None,
-              budget_usd: float | None) -> str | None:
-    if slo is False:
-        return "misses the latency SLO"
+def exclusion(runtime_s: float, total_usd: float, slo_miss: str | None, deadline_s: float | None,
+              budget_usd: float | None, currency: DisplayCurrency = USD) -> str | None:
+    """The one-line reason an offer that fits is left out, or None; `slo_miss` names the missed targets."""
+    if slo_miss is not None:
+        return f"misses the latency SLO: {slo_miss}"
     if deadline_s is not None and runtime_s > deadline_s:
         return f"misses the deadline ({runtime_s / 3600:.1f} h > {deadline_s / 3600:.1f} h)"
     if budget_usd is not None and total_usd > budget_usd:
-        return f"over budget (${total_usd:,.2f} > ${budget_usd:,.2f})"
+        total, budget = (from_usd(x, currency) for x in (total_usd, budget_usd))
+        return f"over budget ({amount_text(total, currency.code)} > {amount_text(budget, currency.code)})"
     return None
 
 
 def mark_pareto(rows: list[PickRow]) -> list[PickRow]:
-    """Mark rows no other row beats on both runtime and total cost (the time–cost frontier)."""
-    def dominated(r: PickRow) -> bool:
-        return any((o.runtime_s or 0) <= (r.runtime_s or 0) and (o.total_usd or 0) <= (r.total_usd or 0)
-                   and ((o.runtime_s or 0) < (r.runtime_s or 0) or (o.total_usd or 0) < (r.total_usd or 0))
-                   for o in rows)
-    return [r.model_copy(update={"pareto": not dominated(r)}) for r in rows]
+    """Mark rows no other row beats on both runtime and total cost (the time–cost frontier).
+
+    A row is dominated when another is no slower and no dearer, and better on one of the two. One
+    sweep in order of total (a catalog has thousands of rows, so no pairwise comparison): a row is
+    dominated by a cheaper row as fast or faster, or by an equally priced, faster one."""
+    def key(r: PickRow) -> tuple[float, float]:
+        return r.total_usd or 0.0, r.runtime_s or 0.0
+
+    frontier: set[int] = set()
+    fastest_cheaper = math.inf  # the shortest runtime among rows cheaper than the current total
+    order = sorted(range(len(rows)), key=lambda i: key(rows[i]))
+    for _, group in itertools.groupby(order, key=lambda i: key(rows[i])[0]):
+        members = list(group)
+        fastest_here = min(key(rows[i])[1] for i in members)
+        frontier |= {i for i in members if key(rows[i])[1] < fastest_cheaper and key(rows[i])[1] <= fastest_here}
+        fastest_cheaper = min(fastest_cheaper, fastest_here)
+    return [r.model_copy(update={"pareto": i in frontier}) for i, r in enumerate(rows)]

@@ -26,7 +26,7 @@ import random
 
 from pydantic import BaseModel, ConfigDict
 
-from gpuscout.cost.billed_time import billed_seconds
+from gpuscout.cost.billed_time import billed_seconds, billed_startup_s
 from gpuscout.errors import GpuscoutError
 from gpuscout.hardware.offers import Offer
 
@@ -84,7 +84,7 @@ def expected_spot_run(offer: Offer, work_s: float) -> SpotOutcome:
     full, rest = _chunks(work_s, offer.checkpoint_interval_s)
     interruptions = full * math.expm1(lam * offer.checkpoint_interval_s) + math.expm1(lam * rest)
     working = full * expected_chunk_s(offer.checkpoint_interval_s, lam) + (expected_chunk_s(rest, lam) if rest else 0)
-    running = offer.startup_s + working + interruptions * offer.restart_overhead_s + offer.idle_tail_s
+    running = billed_startup_s(offer) + working + interruptions * offer.restart_overhead_s + offer.idle_tail_s
     rounding = (interruptions + 1) * offer.billing_increment_s / 2 if offer.billing_increment_s > 1 else 0.0
     return SpotOutcome(billed_s=running + rounding, running_s=running, interruptions=interruptions)
 
@@ -147,7 +147,7 @@ def simulate_spot_run(offer: Offer, work_s: float, *, runs: int, seed: int) -> l
 def _simulate_segments(rng: random.Random, lam: float, full: int, rest: float, offer: Offer) -> list[float]:
     """Billed segment lengths of one run: each interruption closes a segment."""
     segments: list[float] = []
-    current = offer.startup_s
+    current = billed_startup_s(offer)  # the launch phases after the meter starts, then setup
     for chunk_s, count in ((offer.checkpoint_interval_s, full), (rest, 1 if rest > 0 else 0)):
         fail_p = -math.expm1(-lam * chunk_s)
         left: float = count

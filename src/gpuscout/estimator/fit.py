@@ -2,19 +2,23 @@
 
 Every suggestion is computed by re-running the estimator on the changed job, so the memory it
 saves is the estimator's own number, not a rule of thumb. Suggestions are ordered by what they
-cost in speed (or in what the job computes), cheapest first.
+cost in speed (or in what the job computes), cheapest first. Each is classed as keeping the task
+(same data, model, batch and outputs, computed differently) or changing it; a plan that keeps the
+task is preferred, and it is the only kind `pick` applies on its own (docs/estimator.md §2.11).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.memory import Job, Model, estimate_memory
 from gpuscout.hardware.catalog import Gpu
+from gpuscout.workload.colocated import ColocatedShape
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
 
 GPU_COUNTS = (2, 4, 8, 16, 32, 64)
@@ -29,47 +33,139 @@ class Suggestion(BaseModel):
     peak_bytes: int  # the peak after this change alone
     fits: bool
     speed_cost: str
+    # True: the job computes the same thing (same data, model, batch, outputs), only differently, so
+    # `pick` may apply it as part of a plan. False: it changes the task (shorter sequences, LoRA
+    # instead of full, 4-bit weights, lower concurrency, smaller images …); only ever offered.
+    keeps_task: bool
+    # Job-time factors for what the speed model leaves out (expected, pessimistic end of the band);
+    # 1.0 where the speed model already counts the cost (docs/estimator.md §2.11).
+    slowdown: float = 1.0
+    slowdown_high: float = 1.0
 
 
 class Limits(BaseModel):
-    """The largest value of each knob that still fits on one GPU (0: not even the smallest)."""
+    """The largest value of each knob that still fits on one GPU (0: nothing fits, even at 1)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     values: dict[str, int]
 
 
-Candidate = tuple[str, dict[str, Any], str]
+class Candidate(NamedTuple):
+    change: str  # in words
+    edits: dict[str, Any]  # as job-spec edits
+    speed_cost: str  # in words
+    keeps_task: bool  # see Suggestion.keeps_task
+    slowdown: tuple[float, float] = (1.0, 1.0)  # see Suggestion.slowdown: (expected, pessimistic)
+
+
+# Costs the speed model does not capture, as job-time factors (expected, pessimistic). Each is an
+# ASSUMPTION sized in docs/estimator.md §2.11; they widen the band rather than hide the cost.
+SMALLER_MICRO_BATCH = (1.0, 1.15)  # smaller GEMMs reach a lower fraction of peak
+CHUNKED_LOSS = (1.0, 1.05)  # the LM head and loss run in chunks
+EIGHT_BIT_ADAM = (1.0, 1.05)  # block-wise (de)quantization of the states in the optimizer step
+CPU_ADAM = (1.5, 3.0)  # the Adam update itself runs on the host CPU (only the PCIe traffic is modelled)
+FP8_KV = (1.0, 1.1)  # KV (de)quantization in attention kernels
+VAE_TILES = (1.0, 1.05)  # overlapping tiles are decoded twice at their seams
 
 
 def suggest_changes(job: Job, model: Model, gpu: Gpu) -> tuple[Suggestion, ...]:
     """Single changes that lower the peak, cheapest first; each says whether it alone makes it fit."""
+    return _single(job, model, gpu, candidates(job, model, gpu))
+
+
+def _single(job: Job, model: Model, gpu: Gpu, pool: Sequence[Candidate]) -> tuple[Suggestion, ...]:
     base = estimate_memory(job, model, gpu)
     out = []
-    for change, edits, cost in candidates(job, model, gpu):
-        after = estimate_memory(apply_edits(job, edits), model, gpu, gpus=edits.get("gpus"))
+    for c in pool:
+        after = estimate_memory(apply_edits(job, c.edits), model, gpu, gpus=c.edits.get("gpus"))
         saved = base.peak_bytes - after.peak_bytes
-        if saved > 0 or "gpus" in edits or "tensor_parallel" in edits:
-            out.append(Suggestion(change=change, spec_change=edits, saves_bytes=saved,
-                                  peak_bytes=after.peak_bytes, fits=after.fits, speed_cost=cost))
+        if saved > 0 or "gpus" in c.edits or "tensor_parallel" in c.edits:
+            out.append(_suggestion(c, saved, after.peak_bytes, after.fits))
     return tuple(out)
 
 
+def _suggestion(c: Candidate, saved: int, peak: int, fits: bool) -> Suggestion:
+    return Suggestion(change=c.change, spec_change=c.edits, saves_bytes=saved, peak_bytes=peak, fits=fits,
+                      speed_cost=c.speed_cost, keeps_task=c.keeps_task, slowdown=c.slowdown[0],
+                      slowdown_high=c.slowdown[1])
+
+
 def combined_plan(job: Job, model: Model, gpu: Gpu) -> tuple[Suggestion, ...]:
-    """Apply single changes cumulatively, cheapest first, until the job fits (empty if never)."""
-    current, steps = job, []
-    for change, edits, cost in candidates(job, model, gpu):
-        trial = apply_edits(current, edits)
-        before = estimate_memory(current, model, gpu).peak_bytes
-        after = estimate_memory(trial, model, gpu)
+    """The cheapest sequence of changes that fits: one that keeps the task if there is one, else any."""
+    return plan_keeping_task(job, model, gpu) or _plan(job, model, gpu, candidates(job, model, gpu))
+
+
+def plan_keeping_task(job: Job, model: Model, gpu: Gpu, *, same_gpus: bool = False) -> tuple[Suggestion, ...]:
+    """Only changes that keep the task; `same_gpus` also leaves the GPU count and parallelism alone
+    (`pick` lays the job out on an instance's GPUs itself). Empty if they never make it fit."""
+    keep = [c for c in candidates(job, model, gpu, more_gpus=not same_gpus) if c.keeps_task]
+    return _plan(job, model, gpu, keep)
+
+
+def task_changing_options(job: Job, model: Model, gpu: Gpu) -> tuple[Suggestion, ...]:
+    """The single changes that would alter the task, with what each saves: offered, never applied."""
+    pool = [c for c in candidates(job, model, gpu, more_gpus=False) if not c.keeps_task]
+    return _single(job, model, gpu, pool)
+
+
+def _plan(job: Job, model: Model, gpu: Gpu, pool: Sequence[Candidate]) -> tuple[Suggestion, ...]:
+    """Apply changes cumulatively, cheapest first, until the job fits; then drop the dearest steps
+    the fit does not need (a later step can make an earlier one unnecessary). Empty if never."""
+    taken: list[Candidate] = []
+    current, before = job, estimate_memory(job, model, gpu).peak_bytes
+    for c in pool:
+        after = estimate_memory(apply_edits(current, c.edits), model, gpu)
         if after.peak_bytes >= before:
             continue
-        current = trial
-        steps.append(Suggestion(change=change, spec_change=edits, saves_bytes=before - after.peak_bytes,
-                                peak_bytes=after.peak_bytes, fits=after.fits, speed_cost=cost))
+        current, before = apply_edits(current, c.edits), after.peak_bytes
+        taken.append(c)
         if after.fits:
-            return tuple(steps)
+            return _steps(job, model, gpu, _prune(job, model, gpu, taken))
     return ()
+
+
+def _prune(job: Job, model: Model, gpu: Gpu, taken: list[Candidate]) -> list[Candidate]:
+    """Try leaving out each step but the last (which made it fit), dearest first."""
+    kept = list(taken)
+    for c in reversed(taken[:-1]):
+        rest = [k for k in kept if k is not c]
+        if estimate_memory(_apply_all(job, rest), model, gpu).fits:
+            kept = rest
+    return kept
+
+
+def _apply_all(job: Job, steps: Sequence[Candidate]) -> Job:
+    for c in steps:
+        job = apply_edits(job, c.edits)
+    return job
+
+
+def _steps(job: Job, model: Model, gpu: Gpu, steps: Sequence[Candidate]) -> tuple[Suggestion, ...]:
+    """Each step with the memory it saves after the ones before it, and whether the job then fits."""
+    out, current = [], job
+    before = estimate_memory(job, model, gpu).peak_bytes
+    for c in steps:
+        current = apply_edits(current, c.edits)
+        after = estimate_memory(current, model, gpu)
+        out.append(_suggestion(c, before - after.peak_bytes, after.peak_bytes, after.fits))
+        before = after.peak_bytes
+    return tuple(out)
+
+
+def planned_job(job: Job, plan: Sequence[Suggestion]) -> Job:
+    """The job with every step of a plan applied."""
+    for s in plan:
+        job = apply_edits(job, s.spec_change)
+    return job
+
+
+def plan_slowdown(plan: Sequence[Suggestion]) -> tuple[float, float]:
+    """The plan's job-time factors for costs the speed model leaves out (expected, pessimistic)."""
+    expected = high = 1.0
+    for s in plan:
+        expected, high = expected * s.slowdown, high * s.slowdown_high
+    return expected, high
 
 
 def apply_edits(job: Job, edits: dict[str, Any]) -> Job:
@@ -81,12 +177,14 @@ def apply_edits(job: Job, edits: dict[str, Any]) -> Job:
     return job.model_copy(update=nested)
 
 
-def candidates(job: Job, model: Model, gpu: Gpu) -> list[Candidate]:
+def candidates(job: Job, model: Model, gpu: Gpu, *, more_gpus: bool = True) -> list[Candidate]:
+    """Every change that could lower the peak, cheapest in speed first; `more_gpus` adds the fewest
+    GPUs that fit (ZeRO-3 / tensor parallel)."""
     match job:
         case FinetuneJob():
-            return _finetune_candidates(job) + _more_gpus(job, model, gpu)
+            return _finetune_candidates(job) + (_more_gpus(job, model, gpu) if more_gpus else [])
         case InferenceJob():
-            return _inference_candidates(job) + _more_gpus(job, model, gpu)
+            return _inference_candidates(job) + (_more_gpus(job, model, gpu) if more_gpus else [])
         case ImageJob():
             return _image_candidates(job)
     raise AssertionError(job)
@@ -95,49 +193,55 @@ def candidates(job: Job, model: Model, gpu: Gpu) -> list[Candidate]:
 def _finetune_candidates(job: FinetuneJob) -> list[Candidate]:
     c: list[Candidate] = []
     if job.micro_batch > 1:
-        c.append((f"micro_batch {job.micro_batch} → 1 with grad_accum {job.grad_accum} → "
-                  f"{job.grad_accum * job.micro_batch} (same global batch)",
-                  {"micro_batch": 1, "grad_accum": job.grad_accum * job.micro_batch},
-                  "small: lower GPU utilization per step, same math"))
+        c.append(Candidate(f"micro_batch {job.micro_batch} → 1 with grad_accum {job.grad_accum} → "
+                           f"{job.grad_accum * job.micro_batch} (same global batch)",
+                           {"micro_batch": 1, "grad_accum": job.grad_accum * job.micro_batch},
+                           "small: lower GPU utilization per step, same math", True, SMALLER_MICRO_BATCH))
     if not job.chunked_cross_entropy:
-        c.append(("chunked (fused) cross-entropy", {"chunked_cross_entropy": True}, "none to small"))
+        c.append(Candidate("chunked (fused) cross-entropy", {"chunked_cross_entropy": True}, "none to small", True,
+                           CHUNKED_LOSS))
     if job.attention == "eager":
-        c.append(("flash/SDPA attention instead of eager", {"attention": "sdpa"}, "none (usually faster)"))
+        c.append(Candidate("flash/SDPA attention instead of eager", {"attention": "sdpa"}, "none (usually faster)",
+                           True))
     if not job.gradient_checkpointing:
-        c.append(("gradient checkpointing", {"gradient_checkpointing": True},
-                  "about +33% step time (one extra forward)"))
+        c.append(Candidate("gradient checkpointing", {"gradient_checkpointing": True},
+                           "about +33% step time (one extra forward)", True))
     if job.optimizer == "adamw":
-        c.append(("8-bit AdamW (bitsandbytes)", {"optimizer": "adamw_8bit"}, "small; near-identical convergence"))
+        c.append(Candidate("8-bit AdamW (bitsandbytes)", {"optimizer": "adamw_8bit"},
+                           "small; near-identical convergence", True, EIGHT_BIT_ADAM))
     if job.method == "full":
-        c.append(("LoRA instead of full fine-tuning", {"method": "lora"}, "faster steps; trains fewer weights"))
+        c.append(Candidate("LoRA instead of full fine-tuning", {"method": "lora"},
+                           "changes the task: trains adapters, not the weights", False))
     if job.method != "qlora":
-        c.append(("QLoRA (4-bit NF4 base weights)", {"method": "qlora", "precision": "bf16_mixed"},
-                  "about +30–40% step time (dequantization); some quality risk"))
+        c.append(Candidate("QLoRA (4-bit NF4 base weights)", {"method": "qlora", "precision": "bf16_mixed"},
+                           "changes the task: 4-bit base weights; about +30–40% step time", False))
     if job.seq_len > 512:
-        c.append((f"seq_len {job.seq_len} → {job.seq_len // 2}", {"seq_len": job.seq_len // 2},
-                  "changes the task: shorter examples"))
+        c.append(Candidate(f"seq_len {job.seq_len} → {job.seq_len // 2}", {"seq_len": job.seq_len // 2},
+                           "changes the task: shorter examples", False))
     if not job.optimizer_offload:
-        c.append(("offload optimizer states to CPU", {"optimizer_offload": True},
-                  "large: optimizer step over PCIe, often 1.5–3× slower"))
+        c.append(Candidate("offload optimizer states to CPU", {"optimizer_offload": True},
+                           "large: optimizer step on the CPU, states over PCIe; often 1.5–3× slower", True, CPU_ADAM))
     return c
 
 
 def _inference_candidates(job: InferenceJob) -> list[Candidate]:
     c: list[Candidate] = []
     if job.kv_cache_dtype in ("bf16", "fp16", "fp32"):
-        c.append(("fp8 KV cache", {"kv_cache_dtype": "fp8"}, "none to small; slight quality risk"))
+        c.append(Candidate("fp8 KV cache", {"kv_cache_dtype": "fp8"}, "none to small; slight quality risk", True,
+                           FP8_KV))
     if job.concurrency > 1:
-        c.append((f"concurrency {job.concurrency} → {job.concurrency // 2}", {"concurrency": job.concurrency // 2},
-                  "lower throughput per GPU"))
-    for fmt, cost in (("fp8", "none on Hopper/Ada (native fp8); small quality risk"),
-                      ("int4", "faster decode, slower prefill; quality risk")):
+        c.append(Candidate(f"concurrency {job.concurrency} → {job.concurrency // 2}",
+                           {"concurrency": job.concurrency // 2}, "changes the task: fewer requests at once", False))
+    for fmt, cost in (("fp8", "changes the task: fp8 weights (fast on Hopper/Ada); small quality risk"),
+                      ("int4", "changes the task: int4 weights; faster decode, slower prefill; quality risk")):
         if _weight_rank(job.weights) > _weight_rank(fmt):
-            c.append((f"{fmt} weights", {"weights": fmt}, cost))
+            c.append(Candidate(f"{fmt} weights", {"weights": fmt}, cost, False))
     if job.prompt_tokens > 512:
-        c.append((f"prompt_tokens {job.prompt_tokens} → {job.prompt_tokens // 2}",
-                  {"prompt_tokens": job.prompt_tokens // 2}, "changes the task: shorter context"))
+        c.append(Candidate(f"prompt_tokens {job.prompt_tokens} → {job.prompt_tokens // 2}",
+                           {"prompt_tokens": job.prompt_tokens // 2}, "changes the task: shorter context", False))
     if job.engine == "vllm" and job.gpu_memory_utilization < 0.95:
-        c.append(("gpu_memory_utilization → 0.95", {"gpu_memory_utilization": 0.95}, "none; less safety margin"))
+        c.append(Candidate("gpu_memory_utilization → 0.95", {"gpu_memory_utilization": 0.95},
+                           "none; less safety margin", True))
     return c
 
 
@@ -148,19 +252,20 @@ def _weight_rank(fmt: str) -> int:
 def _image_candidates(job: ImageJob) -> list[Candidate]:
     c: list[Candidate] = []
     if job.batch > 1:
-        c.append((f"batch {job.batch} → 1", {"batch": 1}, "lower images/s"))
+        c.append(Candidate(f"batch {job.batch} → 1", {"batch": 1}, "lower images/s (same images)", True))
     if not job.vae_tiling:
-        c.append(("VAE tiling", {"vae_tiling": True}, "small; decode a few % slower"))
+        c.append(Candidate("VAE tiling", {"vae_tiling": True}, "small; decode a few % slower", True, VAE_TILES))
     if job.attention == "eager":
-        c.append(("SDPA attention instead of eager", {"attention": "sdpa"}, "none (usually faster)"))
+        c.append(Candidate("SDPA attention instead of eager", {"attention": "sdpa"}, "none (usually faster)", True))
     if job.dtype == "fp32":
-        c.append(("fp16 weights", {"dtype": "fp16"}, "about 2× faster; negligible quality change"))
+        c.append(Candidate("fp16 weights", {"dtype": "fp16"}, "about 2× faster; negligible quality change", True))
     if not job.cpu_offload:
-        c.append(("model CPU offload (one component on the GPU at a time)", {"cpu_offload": True},
-                  "seconds per image: components move over PCIe"))
+        c.append(Candidate("model CPU offload (one component on the GPU at a time)", {"cpu_offload": True},
+                           "seconds per image: components move over PCIe", True))
     if max(job.width, job.height) > 512:
-        c.append((f"{job.width}×{job.height} → {job.width // 2}×{job.height // 2}",
-                  {"width": job.width // 2, "height": job.height // 2}, "changes the task: smaller images"))
+        c.append(Candidate(f"{job.width}×{job.height} → {job.width // 2}×{job.height // 2}",
+                           {"width": job.width // 2, "height": job.height // 2}, "changes the task: smaller images",
+                           False))
     return c
 
 
@@ -179,12 +284,15 @@ def _more_gpus(job: FinetuneJob | InferenceJob, model: Model, gpu: Gpu) -> list[
             edits = {"tensor_parallel": n}
             cost = f"{n} GPUs in one node; all-reduce per layer (NVLink strongly preferred)"
         if estimate_memory(apply_edits(job, edits), model, gpu, gpus=edits.get("gpus")).fits:
-            return [(f"spread over {n} GPUs ({'ZeRO-3' if 'gpus' in edits else 'tensor parallel'})", edits, cost)]
+            how = "ZeRO-3" if "gpus" in edits else "tensor parallel"
+            return [Candidate(f"spread over {n} GPUs ({how})", edits, cost, True)]
     return []
 
 
 def _heads(model: Model) -> int:
-    return getattr(model, "num_attention_heads", 1)
+    """Heads a tensor-parallel size must divide; co-served models share the group, so all of theirs."""
+    shapes = (model, *model.co_served) if isinstance(model, ColocatedShape) else (model,)
+    return math.gcd(*(getattr(s, "num_attention_heads", 1) for s in shapes))
 
 
 def largest_fitting(job: Job, model: Model, gpu: Gpu, field: str, upper: int) -> int:

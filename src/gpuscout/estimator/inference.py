@@ -131,18 +131,29 @@ def prefill_bytes_per_token(shape: ModelShape, tp: int) -> float:
 
 
 def engine_terms(job: InferenceJob, usable: int, allocated: int) -> list[MemoryTerm]:
+    terms = process_terms(job, allocated)
+    if job.engine == "vllm":
+        terms.append(reserve_term(job.gpu_memory_utilization, usable))
+    return terms
+
+
+def process_terms(job: InferenceJob, allocated: int) -> list[MemoryTerm]:
+    """What one engine process holds beyond its tensors: CUDA context, NCCL, allocator or graphs."""
     terms = [term("CUDA context and libraries", "overhead", overhead.CUDA_CONTEXT_BYTES, overhead.CUDA_CONTEXT_SOURCE)]
     if job.tensor_parallel > 1:
         terms.append(term("NCCL buffers", "overhead", overhead.NCCL_BYTES, overhead.NCCL_SOURCE))
     if job.engine == "hf":
         terms.append(term("allocator reserve", "overhead", allocated * overhead.ALLOCATOR_FRACTION,
                           overhead.ALLOCATOR_SOURCE))
-        return terms
-    terms.append(term("CUDA graphs", "overhead", overhead.CUDA_GRAPHS_BYTES, overhead.CUDA_GRAPHS_SOURCE))
-    reserve = usable * (1 - job.gpu_memory_utilization)
-    terms.append(term("engine reserve", "overhead", reserve,
-                      f"(1 − gpu_memory_utilization {job.gpu_memory_utilization}) × {usable:,} B left unused by vLLM"))
+    else:
+        terms.append(term("CUDA graphs", "overhead", overhead.CUDA_GRAPHS_BYTES, overhead.CUDA_GRAPHS_SOURCE))
     return terms
+
+
+def reserve_term(utilization: float, usable: int) -> MemoryTerm:
+    """The part of the GPU vLLM leaves unused by design: (1 − gpu_memory_utilization) × usable."""
+    return term("engine reserve", "overhead", usable * (1 - utilization),
+                f"(1 − gpu_memory_utilization {utilization}) × {usable:,} B left unused by vLLM")
 
 
 def max_concurrency(job: InferenceJob, shape: ModelShape, usable: int) -> int:

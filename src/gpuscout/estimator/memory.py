@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from gpuscout.errors import SpecError
 from gpuscout.estimator.breakdown import MemoryBreakdown
+from gpuscout.estimator.colocate import estimate_colocated_memory
 from gpuscout.estimator.image import estimate_image_memory
 from gpuscout.estimator.inference import estimate_inference_memory
 from gpuscout.estimator.training import estimate_finetune_memory
@@ -22,6 +23,8 @@ def estimate_memory(job: Job, model: Model, gpu: Gpu, *, gpus: int | None = None
         case FinetuneJob(), ModelShape():
             return estimate_finetune_memory(job, model, gpu, gpus=gpus)
         case InferenceJob(), ModelShape():
+            if job.co_served:  # several models on the same GPUs, one engine each
+                return estimate_colocated_memory(job, model, gpu)
             return estimate_inference_memory(job, model, gpu)
         case ImageJob(), ImageModelShape():
             return estimate_image_memory(job, model, gpu)

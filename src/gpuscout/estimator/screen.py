@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gpuscout.errors import GpuscoutError
 from gpuscout.estimator.breakdown import MemoryBreakdown
+from gpuscout.estimator.colocate import Colocation, colocation
 from gpuscout.estimator.fit import (
     Limits,
     Suggestion,
@@ -16,9 +17,12 @@ from gpuscout.estimator.fit import (
     limits,
     suggest_changes,
 )
+from gpuscout.estimator.host import HostNeeds, estimate_host
 from gpuscout.estimator.memory import Job, Model, estimate_memory
 from gpuscout.estimator.speed import SpeedEstimate, estimate_speed
 from gpuscout.hardware.catalog import Gpu
+from gpuscout.workload.job import InferenceJob
+from gpuscout.workload.shape import ModelShape
 
 
 class GpuVerdict(BaseModel):
@@ -34,6 +38,8 @@ class GpuVerdict(BaseModel):
     plan: tuple[Suggestion, ...]  # cumulative changes that make it fit (only when it does not fit)
     peak_by_gpu_count: dict[int, int]  # sharded / tensor-parallel jobs: per-GPU peak at each count
     speed: SpeedEstimate | None  # None when this GPU cannot run the job's precision at all
+    speed_note: str | None = None  # why `speed` is None: the speed model's reason, shown in place of a time
+    colocation: Colocation | None = None  # co-served models: the split of the GPU, each model's limit
 
 
 class Screening(BaseModel):
@@ -43,17 +49,19 @@ class Screening(BaseModel):
     job_kind: str
     model_name: str
     verdicts: tuple[GpuVerdict, ...]
+    host: HostNeeds | None = None  # host RAM and disk of the job as written (docs/estimator.md §2.13)
 
 
 def screen(job: Job, model: Model, gpus: Sequence[Gpu]) -> Screening:
     return Screening(job_name=job.name, job_kind=job.kind, model_name=model.name,
-                     verdicts=tuple(judge(job, model, gpu) for gpu in gpus))
+                     verdicts=tuple(judge(job, model, gpu) for gpu in gpus), host=estimate_host(job, model))
 
 
 def judge(job: Job, model: Model, gpu: Gpu) -> GpuVerdict:
     breakdown = estimate_memory(job, model, gpu)
     fits = breakdown.fits
     spread = _is_spread(job)
+    speed, speed_note = _speed(job, model, gpu)
     return GpuVerdict(
         gpu_sku=gpu.sku, gpu_name=gpu.name, breakdown=breakdown, fits=fits,
         headroom_bytes=breakdown.headroom_bytes, limits=limits(job, model, gpu),
@@ -61,15 +69,21 @@ def judge(job: Job, model: Model, gpu: Gpu) -> GpuVerdict:
         plan=() if fits else combined_plan(job, model, gpu),
         peak_by_gpu_count={n: b.peak_bytes for n, b in fit_over_gpu_counts(job, model, gpu).items()}
         if spread else {},
-        speed=_speed(job, model, gpu),
+        speed=speed, speed_note=speed_note,
+        colocation=colocation(job, model, gpu) if isinstance(job, InferenceJob) and job.co_served
+        and isinstance(model, ModelShape) else None,
     )
 
 
-def _speed(job: Job, model: Model, gpu: Gpu) -> SpeedEstimate | None:
+def _speed(job: Job, model: Model, gpu: Gpu) -> tuple[SpeedEstimate | None, str | None]:
+    """The job's speed, or None and the reason: a precision the GPU has no rate for (bf16 on a V100
+    or T4), or a multi-GPU job on a GPU with no GPU-to-GPU link in the catalog (GH200). The reason
+    names no GPU, so a screen prints it once for every GPU it applies to."""
     try:
-        return estimate_speed(job, model, gpu)
-    except GpuscoutError:
-        return None  # e.g. an fp32 job on a GPU with no published fp32 rate
+        return estimate_speed(job, model, gpu), None
+    except GpuscoutError as exc:
+        why, fix = (f"{s[:1].lower()}{s[1:]}" for s in (exc.why, exc.fix))
+        return None, f"No job time: {why} To fix: {fix}"
 
 
 def _is_spread(job: Job) -> bool:

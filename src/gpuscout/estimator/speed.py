@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from gpuscout.estimator.efficiency import Efficiency, default_efficiency
 from gpuscout.estimator.memory import Job, Model, kind_mismatch
+from gpuscout.estimator.speed_colocate import estimate_colocated_speed
 from gpuscout.estimator.speed_image import estimate_image_speed
 from gpuscout.estimator.speed_roofline import Bound, PhaseTime, SpeedEstimate
 from gpuscout.estimator.speed_serve import estimate_inference_speed
@@ -42,6 +43,8 @@ def estimate_speed(
         case FinetuneJob(), ModelShape():
             return estimate_finetune_speed(job, model, gpu, gpus=gpus, efficiency=efficiency)
         case InferenceJob(), ModelShape():
+            if job.co_served:  # several models time-slicing the same GPUs
+                return estimate_colocated_speed(job, model, gpu, gpus=gpus, efficiency=efficiency)
             return estimate_inference_speed(job, model, gpu, gpus=gpus, efficiency=efficiency)
         case ImageJob(), ImageModelShape():
             return estimate_image_speed(job, model, gpu, efficiency=efficiency)

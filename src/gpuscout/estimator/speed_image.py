@@ -228,8 +228,9 @@ def _denoiser_phase(
 def _vae_phase(job: ImageJob, model: ImageModelShape, gpu: Gpu, eff: Efficiency, lat_h: int, lat_w: int) -> PhaseTime:
     vae = _component(model, "vae")
     dtype = component_dtype(job, vae)
-    # PyTorch runs fp32 convolutions on TF32 tensor cores by default (torch.backends.cudnn.allow_tf32 = True).
-    compute = "tf32" if dtype == "fp32" else dtype
+    # PyTorch runs fp32 convolutions on TF32 tensor cores by default (torch.backends.cudnn.allow_tf32 = True);
+    # GPUs without TF32 (V100, T4) run them on CUDA cores at the fp32 rate.
+    compute = "tf32" if dtype == "fp32" and gpu.tf32_flops_per_s is not None else dtype
     work = vae_decode_work(model, lat_h, lat_w)
     b = DTYPE_BYTES[dtype]
     return phase(

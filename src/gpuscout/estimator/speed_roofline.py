@@ -109,7 +109,8 @@ def link_bytes_per_s(gpu: Gpu, gpus: int) -> float:
         return gpu.nvlink_bytes_per_s
     raise SpecError(
         f"The catalog has no interconnect bandwidth for {gpu.name}.",
-        "Multi-GPU estimates need an NVLink or PCIe figure to time collectives.",
+        "This GPU has no NVLink or PCIe figure in the catalog, and a multi-GPU job needs one to time its "
+        "collectives (a GH200's only link, NVLink-C2C, goes to its own CPU; docs/gpus.md §2.7).",
         "Run this job on one GPU, or add the figure to gpus.toml with its source.",
     )
 

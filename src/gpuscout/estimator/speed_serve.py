@@ -53,12 +53,17 @@ HF_DECODE_SLOWDOWN = 2.0
 
 
 def compute_dtype(weights: str, gpu: Gpu) -> str:
-    """FP8 weights run FP8 GEMMs where the GPU has them; int8/int4 are weight-only (16-bit math)."""
+    """FP8 weights run FP8 GEMMs where the GPU has them; int8/int4 are weight-only (16-bit math).
+
+    The 16-bit math of weight-only formats is bf16, or fp16 on GPUs without bf16 (V100, T4), where
+    the quantized kernels run fp16 activations (vLLM refuses bf16 below compute capability 8.0).
+    bf16 weights stay bf16: on those GPUs the speed model then says there is no rate, and why.
+    """
     if weights == "fp8" and gpu.fp8_flops_per_s is not None:
         return "fp8"
-    if weights in ("fp32", "fp16"):
+    if weights in ("fp32", "fp16", "bf16"):
         return weights
-    return "bf16"
+    return "bf16" if gpu.bf16_flops_per_s is not None or gpu.fp16_flops_per_s is None else "fp16"
 
 
 def estimate_inference_speed(

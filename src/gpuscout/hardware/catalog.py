@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from gpuscout.errors import GpuscoutError, SpecError, UnknownNameError
 
 Vendor = Literal["nvidia", "amd"]
-Architecture = Literal["ampere", "ada", "hopper", "blackwell", "cdna3"]
+Architecture = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3"]
 
 _Positive = Annotated[float, Field(gt=0)]
 _Name = Annotated[str, Field(min_length=1)]
@@ -97,15 +97,16 @@ _DTYPE_SYNONYMS: Mapping[str, str] = MappingProxyType(
 )
 
 # Prefixes that nvidia-smi / rocm-smi put in front of product names ("NVIDIA GeForce RTX 4090",
-# "AMD Instinct MI300X"); dropping them lets detected device names resolve directly.
-_VENDOR_PREFIXES = ("nvidia", "geforce", "amd", "instinct")
+# "Tesla T4", "AMD Instinct MI300X"); dropping them lets detected device names resolve directly.
+_VENDOR_PREFIXES = ("nvidia", "geforce", "tesla", "amd", "instinct")
 _SEPARATORS = re.compile(r"[\s_\-]+")
 
 
 def normalise_name(name: str) -> str:
     """Lookup key for a GPU name: case, spaces, '_' and '-' and a vendor prefix do not matter.
 
-    "H100-80GB-SXM5", "h100 80gb sxm5" and "NVIDIA H100_80GB_SXM5" all give "h10080gbsxm5".
+    "H100-80GB-SXM5", "h100 80gb sxm5" and "NVIDIA H100_80GB_SXM5" all give "h10080gbsxm5";
+    "Tesla V100-SXM2-32GB" gives "v100sxm232gb".
     """
     key = _SEPARATORS.sub("", name.lower())
     stripped = True
@@ -258,16 +259,25 @@ def peak_flops_per_s(gpu: Gpu, dtype: str) -> float:
 
 
 def _no_peak(gpu: Gpu, dtype: str) -> GpuscoutError:
-    """Error for a dtype the GPU cannot run on tensor cores, or whose peak is unpublished."""
+    """Error for a dtype the GPU cannot run on tensor cores, or whose peak is unpublished.
+
+    The fix names the dtypes this GPU does have: a V100 or T4 has fp16 but no bf16, so "use bf16"
+    would send the user from one missing rate to another.
+    """
     if dtype == "fp32":
         why = f"{gpu.vendor.upper()} publishes no FP32 figure for the {gpu.name}."
     else:
-        why = f"The {gpu.name} has no tensor-core path for {dtype} (or its vendor publishes no figure)."
-    return GpuscoutError(
-        f"No peak {dtype} rate for {gpu.name}.",
-        why,
-        "use bf16 (every catalogued GPU has a bf16 rate), or benchmark the GPU to measure it.",
-    )
+        # No GPU name here: screens print the why as a note shared by every GPU it applies to.
+        why = f"This GPU has no tensor-core path for {dtype} (or its vendor publishes no figure)."
+    have = available_dtypes(gpu)
+    instead = f"use {' or '.join(have)} on this GPU (its catalogued tensor rates)" if have else "choose another GPU"
+    fix = f"{instead}, or benchmark the GPU to measure it."
+    return GpuscoutError(f"No peak {dtype} rate for {gpu.name}.", why, fix)
+
+
+def available_dtypes(gpu: Gpu) -> tuple[str, ...]:
+    """The 16-bit training precisions (bf16, fp16) this GPU has a catalogued tensor rate for, bf16 first."""
+    return tuple(d for d in ("bf16", "fp16") if getattr(gpu, _PEAK_FIELDS[d]) is not None)
 
 
 def usable_memory_bytes(gpu: Gpu) -> int:

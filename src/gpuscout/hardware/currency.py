@@ -1,7 +1,8 @@
 """Currencies and exchange rates: which codes gpuscout accepts, and converting amounts to USD.
 
 gpuscout never fetches rates: a rate is what the user gives (in a price sheet or with `--fx`),
-dated and sourced like a price, so a report can say which rate it used (docs/cost.md §2).
+dated and sourced like a price, so a report can say which rate it used (docs/cost.md §3).
+Amounts are ranked in USD and shown in the user's currency (`DisplayCurrency`) at the boundary.
 """
 
 from __future__ import annotations
@@ -24,6 +25,22 @@ KNOWN_CURRENCIES = frozenset(
         "TRY", "THB", "MYR", "IDR", "VND", "PHP", "SAR",
     }
 )  # fmt: skip
+
+# Symbols as Unicode CLDR writes them where they cannot be confused: "CN¥" and "JP¥" (the bare "¥"
+# is both), "$" only for the US dollar (HK$, A$, NT$ … are other dollars). Every other currency
+# prints its ISO code: "CHF 12.00", "INR 1,234.00" (docs/cost.md §3).
+_CURRENCY_SIGN = {"USD": "$", "EUR": "€", "GBP": "£", "CNY": "CN¥", "JPY": "JP¥"}
+
+
+def currency_sign(code: str) -> str:
+    """What prefixes an amount in `code`: '$', 'CN¥', or the code and a space ('CHF ')."""
+    return _CURRENCY_SIGN.get(code, f"{code} ")
+
+
+def amount_text(amount: float, code: str) -> str:
+    """An amount with its currency for a sentence: '$1,234.56', 'CN¥300.00', '-€2.50'."""
+    return f"{'-' if amount < 0 else ''}{currency_sign(code)}{abs(amount):,.2f}"
+
 
 def check_currency(value: str) -> str:
     code = value.strip().upper()
@@ -54,25 +71,90 @@ class ExchangeRate(BaseModel):
         return code
 
 
+def missing_rate_fix(code: str) -> str:
+    """The two ways to give a rate for `code`, named exactly (the flag, and the sheet's table)."""
+    return (f"pass --fx {code}=<USD per {code}> (e.g. --fx CNY=0.14: 1 CNY = 0.14 USD) or add an "
+            f"[[exchange_rate]] for {code} to the price sheet")
+
+
+def _sentence(clause: str) -> str:
+    return clause[:1].upper() + clause[1:] + "."
+
+
+def newest_rate(code: str, rates: Sequence[ExchangeRate]) -> ExchangeRate | None:
+    """The newest rate given for `code`, or None when there is none."""
+    matching = [rate for rate in rates if rate.currency == code]
+    return max(matching, key=lambda rate: rate.observed_at) if matching else None
+
+
 def to_usd(amount: float, currency: str, rates: Sequence[ExchangeRate]) -> float:
     """`amount` in `currency` converted to USD with the newest matching rate; USD passes through."""
     code = currency.strip().upper()
     if code == "USD":
         return amount
-    matching = [rate for rate in rates if rate.currency == code]
-    if not matching:
+    rate = newest_rate(code, rates)
+    if rate is None:
         raise SpecError(
             f"No exchange rate for {code}.",
             f"offers in {code} can be ranked with USD offers only with an exchange rate you give; "
             "gpuscout does not fetch rates.",
-            f'add [[exchange_rate]] currency = "{code}" usd_per_unit = ... observed_at = ... source = ... '
-            f"to the price sheet, or pass --fx {code}=<USD per {code}>, e.g. --fx CNY=0.14.",
+            f"Pass --fx {code}=<USD per {code}> (e.g. --fx CNY=0.14: 1 CNY = 0.14 USD) or add "
+            f'[[exchange_rate]] currency = "{code}" usd_per_unit = ... observed_at = ... source = ... '
+            "to the price sheet.",
         )
-    newest = max(matching, key=lambda rate: rate.observed_at)
-    return amount * newest.usd_per_unit
+    return amount * rate.usd_per_unit
 
 
-_FX = re.compile(r"^\s*([A-Za-z]{3})\s*=\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*$")
+class DisplayCurrency(BaseModel):
+    """The currency a report shows its amounts in, and what one unit of it is worth in USD.
+
+    Bills are computed in each offer's currency and ranked in USD; this is the last step, at the
+    boundary, so a user in China reads yuan and a budget of 300 means 300 of them (docs/cost.md §3).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    code: str = "USD"
+    usd_per_unit: Annotated[float, Field(gt=0)] = 1.0
+    rate: ExchangeRate | None = None  # the rate it came from; None for USD
+
+
+USD = DisplayCurrency()
+
+
+def display_currency(code: str | None, rates: Sequence[ExchangeRate]) -> DisplayCurrency:
+    """The display currency `code` (USD when None) with its newest rate, or a SpecError naming the flag."""
+    if code is None:
+        return USD
+    try:
+        checked = check_currency(code)
+    except ValueError as exc:
+        raise SpecError(f"--currency {code!r} is not a currency gpuscout knows.", str(exc),
+                        "Pass an ISO 4217 code, e.g. --currency CNY.") from None
+    if checked == "USD":
+        return USD
+    rate = newest_rate(checked, rates)
+    if rate is None:
+        raise SpecError(f"--currency {checked} needs an exchange rate, and none was given for {checked}.",
+                        "Amounts are ranked in USD and shown in your currency at a rate you give; gpuscout "
+                        "does not fetch rates.",
+                        _sentence(missing_rate_fix(checked)))
+    return DisplayCurrency(code=checked, usd_per_unit=rate.usd_per_unit, rate=rate)
+
+
+def from_usd(amount_usd: float, shown: DisplayCurrency) -> float:
+    """A USD amount in the display currency."""
+    return amount_usd / shown.usd_per_unit
+
+
+def to_display(amount: float, currency: str, shown: DisplayCurrency, rates: Sequence[ExchangeRate]) -> float:
+    """An amount in `currency` in the display currency; no rate is needed when the two are the same."""
+    if currency.strip().upper() == shown.code:
+        return amount
+    return from_usd(to_usd(amount, currency, rates), shown)
+
+
+_FX = re.compile(r"^\s*([A-Za-z]{3})\s*=\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*$")
 
 
 def parse_fx(text: str, today: date) -> ExchangeRate:
@@ -92,8 +174,11 @@ def parse_fx(text: str, today: date) -> ExchangeRate:
             source="command line",
         )
     except ValidationError as exc:
-        raise SpecError(f"--fx {text} is not a valid exchange rate.", exc.errors()[0]["msg"],
-                        "Write it like --fx CNY=0.14 (1 CNY = 0.14 USD), with an ISO code other than USD.") from None
+        problem = exc.errors()[0]
+        raise SpecError(f"--fx {text} is not a valid exchange rate.",
+                        f"{problem['loc'][0]}: {problem['msg']}; one unit of a currency is worth more than zero USD.",
+                        "Write it like --fx CNY=0.14 (1 CNY = 0.14 USD), with an ISO code other than USD and a "
+                        "value above zero.") from None
 
 
 def merge_rates(sheet: Sequence[ExchangeRate], given: Sequence[ExchangeRate]) -> tuple[ExchangeRate, ...]:

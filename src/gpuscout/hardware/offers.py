@@ -78,6 +78,12 @@ class Offer(_Frozen):
     billing_increment_s: _Positive = 1.0
     min_billed_s: _NonNegative = 0.0
     billing_starts: BillingStart = "running"
+    # The launch, phase by phase (docs/cost.md §2.4): request → created → running → healthy → first
+    # useful step. Only the phases after `billing_starts` are billed; startup_s (setup, image pull,
+    # model load after the machine is healthy) always is.
+    provision_s: _NonNegative = 0.0  # request → created
+    power_on_s: _NonNegative = 0.0  # created → running
+    boot_s: _NonNegative = 0.0  # running → healthy (OS boot, health checks)
     startup_s: _NonNegative = 0.0
     idle_tail_s: _NonNegative = 0.0
     stopped_price_per_hour: _NonNegative = 0.0

@@ -14,7 +14,7 @@ Mapping rules, in order (SkyPilot's names are not gpuscout SKUs; "A100" alone is
   type says "pcie"; the NVL 94GB part when the name or instance says "nvl", the memory is >= 90 GiB,
   or it is an Azure NC…H100_v5 (docs/prices.md §1.3: NC-H100-v5 is H100 NVL).
 - Anything else goes through the GPU catalog's names and aliases ("L40S", "L4", "A10G", "RTX4090",
-  "A6000", "H200", "B200", …). Names the catalog lacks (V100, T4, TPUs, Trainium…) are skipped
+  "A6000", "H200", "B200", …). Names the catalog lacks (K80, TPUs, Trainium…) are skipped
   and reported; so are fractional counts (a slice of a GPU is not the GPU the catalog describes).
 - GCP lists accelerator-optimized host VMs (a2/a3/g2) without their GPUs and prices the GPUs in
   separate rows with an empty InstanceType ("attachable", skypilot-catalog #31). SkyPilot's own cost
@@ -147,7 +147,7 @@ def import_skypilot_catalog(path: Path, *, cloud: str, observed_at: date, includ
 
 
 def describe_import(result: SkypilotImport) -> str:
-    """One line for a CLI: "imported N offers, skipped M rows (unknown GPUs: V100 ×3, T4; …)"."""
+    """One line for a CLI: "imported N offers, skipped M rows (unknown GPUs: K80 ×3, Inferentia2; …)"."""
     line = f"imported {len(result.offers)} offers, skipped {len(result.skipped)} rows"
     unknown = Counter(row.accelerator for row in result.skipped if row.reason == UNKNOWN_GPU)
     others = Counter(row.reason for row in result.skipped if row.reason != UNKNOWN_GPU)

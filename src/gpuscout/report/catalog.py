@@ -33,9 +33,13 @@ def gpu_table(gpus: Sequence[Gpu]) -> RenderableType:
 
 
 def _about(g: Gpu) -> str:
-    """The footnote of one GPU: its name, interconnect and what is still to verify."""
+    """The footnote of one GPU: its name, interconnect, its fp16 rate where it has no bf16, and what is
+    still to verify. Volta and Turing run fp16 but not bf16 on tensor cores; without the note the
+    table's "—" would hide a usable rate."""
+    fp16 = (f"; no bf16, fp16 {_tflops(g.fp16_flops_per_s)} TFLOP/s"
+            if g.bf16_flops_per_s is None and g.fp16_flops_per_s else "")
     verify = f"; verify: {', '.join(g.verify)}" if g.verify else ""
-    return f"{g.name}: {g.interconnect}{verify}"
+    return f"{g.name}: {g.interconnect}{fp16}{verify}"
 
 
 def _tflops(value: float | None) -> str:

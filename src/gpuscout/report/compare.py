@@ -17,11 +17,12 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscout.cost.measured import MeasuredCost
-from gpuscout.hardware.currency import ExchangeRate
+from gpuscout.hardware.currency import USD, DisplayCurrency, ExchangeRate
 from gpuscout.report.compare_cells import (
-    COST_HEADER,
     MACHINE_HEADER,
     Rows,
+    cost_header,
+    cost_in_currency,
     cost_rows,
     difference_rows,
     direction,
@@ -45,8 +46,8 @@ from gpuscout.report.compare_cells import (
 )
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, one_line, plain, prose_column
-from gpuscout.report.numbers import common_unit, duration, gib, in_unit, money
-from gpuscout.report.pick import rates_text, unit_costs
+from gpuscout.report.numbers import common_unit, duration, gib, in_unit
+from gpuscout.report.pick import rates_text, shown_money, unit_costs
 from gpuscout.results.compare import CaseRow, Comparison, MemoryCell, MetricRow, Stat
 from gpuscout.results.verdict import Verdict
 
@@ -56,7 +57,8 @@ __all__ = ["render_json", "render_markdown", "render_table"]
 # ---------------------------------------------------------------- Markdown ------------------
 
 def render_markdown(c: Comparison, verdict: Verdict, costs: Sequence[MeasuredCost] = (), *,
-                    notes: Sequence[str] = (), rates: Sequence[ExchangeRate] = ()) -> str:
+                    notes: Sequence[str] = (), rates: Sequence[ExchangeRate] = (),
+                    currency: DisplayCurrency | None = None) -> str:
     labels = [m.label for m in c.machines]
     out = [f"# gpuscout compare: {c.job_name} ({c.kind})", "",
            md_table(MACHINE_HEADER, machine_rows(c)), "",
@@ -78,8 +80,9 @@ def render_markdown(c: Comparison, verdict: Verdict, costs: Sequence[MeasuredCos
         out += ["Cases not in every result: " + "; ".join(
             f"`{n}` (only {', '.join(ls)})" for n, ls in c.unmatched_cases.items()), ""]
     if costs:
+        shown = currency or USD
         out += ["## Cost of the whole job (from the measured throughput)", "",
-                md_table(COST_HEADER, cost_rows(costs, labels)), ""]
+                md_table(cost_header(shown), cost_rows(costs, labels, shown)), ""]
         out += [f"- {w}" for c_ in costs for w in c_.warnings]
         out += [f"- {r}" for r in retry_lines(costs, labels)]
         out += [f"- {n}" for n in notes] + ([f"- {rates_text(rates)}"] if rates else []) + [""]
@@ -116,7 +119,8 @@ def rich_table(title: str, header: Sequence[str], rows: Rows) -> Table:
 
 
 def render_table(c: Comparison, verdict: Verdict, costs: Sequence[MeasuredCost] = (), *,
-                 notes: Sequence[str] = (), rates: Sequence[ExchangeRate] = (), wide: bool = False) -> RenderableType:
+                 notes: Sequence[str] = (), rates: Sequence[ExchangeRate] = (), wide: bool = False,
+                 currency: DisplayCurrency | None = None) -> RenderableType:
     labels = [m.label for m in c.machines]
     footnotes = Footnotes()
     parts: list[RenderableType] = [
@@ -137,7 +141,7 @@ def render_table(c: Comparison, verdict: Verdict, costs: Sequence[MeasuredCost] 
         parts.append(Text("Cases not in every result: " + "; ".join(
             f"{n} (only {', '.join(ls)})" for n, ls in c.unmatched_cases.items()), style="yellow"))
     if costs:
-        parts += [cost_table(costs, labels, footnotes, wide=wide), footnotes.flush()]
+        parts += [cost_table(costs, labels, footnotes, wide=wide, shown=currency or USD), footnotes.flush()]
         parts += [Text(f"warning: {w}", style="yellow") for c_ in costs for w in c_.warnings]
         parts += [Text(f"retries: {r}", style="yellow") for r in retry_lines(costs, labels)]
         parts += [Text(f"warning: {n}", style="yellow") for n in notes]
@@ -194,9 +198,10 @@ def _memory_cell(m: MemoryCell, label: str, notes: Footnotes) -> str:
     return f"{gib(m.peak_bytes)} {notes.ref(f'{label} peak memory: {memory_text(m)}')}"
 
 
-def cost_table(costs: Sequence[MeasuredCost], labels: Sequence[str], notes: Footnotes, *, wide: bool) -> Table:
+def cost_table(costs: Sequence[MeasuredCost], labels: Sequence[str], notes: Footnotes, *, wide: bool,
+               shown: DisplayCurrency = USD) -> Table:
     """The whole job's cost per result; each basis (work × throughput) is a footnote."""
-    table = Table(title="Cost of the whole job, from the measured throughput (USD)", title_justify="left")
+    table = Table(title=f"Cost of the whole job, from the measured throughput ({shown.code})", title_justify="left")
     label_column(table, "")
     prose_column(table, "offer")
     for header in ("work time\n(95% CI)" if wide else "work time", "billed", "total\n(range)" if wide else "total",
@@ -207,27 +212,32 @@ def cost_table(costs: Sequence[MeasuredCost], labels: Sequence[str], notes: Foot
         label_column(table, "price date")
     label_column(table, "")
     for label, c in zip(labels, costs, strict=True):
-        table.add_row(*_cost_cells(c, label, notes, wide=wide))
+        table.add_row(*_cost_cells(c, label, notes, wide=wide, shown=shown))
     return table
 
 
-def _cost_cells(c: MeasuredCost, label: str, notes: Footnotes, *, wide: bool) -> list[str | Text]:
+def _cost_cells(c: MeasuredCost, label: str, notes: Footnotes, *, wide: bool,
+                shown: DisplayCurrency = USD) -> list[str | Text]:
     basis = notes.ref(f"{label} basis: {c.work.formula}")
     if not wide:
-        return [label, one_line(c.offer_id), duration(c.work.work_s), duration(c.cost.billed_s), money(c.total_usd),
-                money(c.total_p95_usd), basis]
-    work, total = duration(c.work.work_s), money(c.total_usd)
+        return [label, one_line(c.offer_id), duration(c.work.work_s), duration(c.cost.billed_s),
+                shown_money(c.total_usd, shown), shown_money(c.total_p95_usd, shown), basis]
+    work, total = duration(c.work.work_s), shown_money(c.total_usd, shown)
     offer = plain(f"{c.offer_id}\n{c.provider}, {c.tier}, {c.gpu_count}× {c.gpu_sku}")
     return [label, offer, f"{work}\n({work_band(c)})" if work_band(c) else work,
-            duration(c.cost.billed_s), f"{total}\n({total_band(c)})" if total_band(c) else total,
-            money(c.total_p95_usd), plain(unit_costs(c.unit_costs_usd)), observed(c), basis]
+            duration(c.cost.billed_s), f"{total}\n({total_band(c, shown)})" if total_band(c) else total,
+            shown_money(c.total_p95_usd, shown), plain(unit_costs(c.unit_costs_usd, shown)), observed(c), basis]
 
 
 # ---------------------------------------------------------------- JSON ----------------------
 
 def render_json(c: Comparison, verdict: Verdict, costs: Sequence[MeasuredCost] = (), *,
-                notes: Sequence[str] = (), rates: Sequence[ExchangeRate] = ()) -> str:
-    payload = {"comparison": c.model_dump(mode="json"), "costs": [x.model_dump(mode="json") for x in costs],
+                notes: Sequence[str] = (), rates: Sequence[ExchangeRate] = (),
+                currency: DisplayCurrency | None = None) -> str:
+    shown = currency or USD
+    payload = {"comparison": c.model_dump(mode="json"),
+               "costs": [x.model_dump(mode="json") | {"in_currency": cost_in_currency(x, shown)} for x in costs],
+               "currency": shown.model_dump(mode="json"),
                "verdict": verdict.model_dump(mode="json"), "warnings": list(notes),
                "exchange_rates": [r.model_dump(mode="json") for r in rates],
                "ratio_note": ratio_note(c.options)}

@@ -7,27 +7,45 @@ Markdown carries every detail in one line per cell; the rich tables take the sho
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from gpuscout.cost.measured import MeasuredCost
+from gpuscout.hardware.currency import USD, DisplayCurrency, from_usd
 from gpuscout.report.numbers import (
     duration,
     duration_band,
     gib,
-    money,
     percent,
     ratio,
     ratio_band,
     seconds,
     value_in,
 )
-from gpuscout.report.pick import unit_costs
+from gpuscout.report.pick import shown_money, unit_costs
 from gpuscout.results.compare import CaseRow, Comparison, Machine, MemoryCell, MetricRow, Stat
 from gpuscout.results.fairness import Difference
 from gpuscout.results.ratios import CompareOptions, Ratio
 
 Rows = list[list[str]]
-COST_HEADER = ["", "offer", "work time (95% CI)", "billed", "total USD (range)", "P95", "per unit", "price date",
-               "basis"]
+
+
+def cost_header(shown: DisplayCurrency = USD) -> list[str]:
+    """The Markdown cost table's header, naming the currency its amounts are in."""
+    return ["", "offer", "work time (95% CI)", "billed", f"total {shown.code} (range)", "P95", "per unit",
+            "price date", "basis"]
+
+
+COST_HEADER = cost_header()
+
+
+def cost_in_currency(c: MeasuredCost, shown: DisplayCurrency) -> dict[str, Any]:
+    """For JSON: the measured cost's USD amounts in the display currency."""
+    def conv(usd: float | None) -> float | None:
+        return None if usd is None else from_usd(usd, shown)
+
+    return {"currency": shown.code, "total": conv(c.total_usd), "total_p95": conv(c.total_p95_usd),
+            "low": conv(c.low_usd), "high": conv(c.high_usd),
+            "unit_costs": {k.removeprefix("usd_"): from_usd(v, shown) for k, v in c.unit_costs_usd.items()}}
 
 
 def ratio_note(options: CompareOptions) -> str:
@@ -172,8 +190,8 @@ def work_band(c: MeasuredCost) -> str:
     return duration_band(w.work_low_s, w.work_high_s) if w.work_low_s and w.work_high_s else ""
 
 
-def total_band(c: MeasuredCost) -> str:
-    return f"{money(c.low_usd)}–{money(c.high_usd)}" if c.low_usd is not None else ""
+def total_band(c: MeasuredCost, shown: DisplayCurrency = USD) -> str:
+    return f"{shown_money(c.low_usd, shown)}–{shown_money(c.high_usd, shown)}" if c.low_usd is not None else ""
 
 
 def observed(c: MeasuredCost) -> str:
@@ -184,14 +202,15 @@ def offer_text(c: MeasuredCost) -> str:
     return f"{c.offer_id} ({c.provider}, {c.tier}, {c.gpu_count}× {c.gpu_sku})"
 
 
-def cost_rows(costs: Sequence[MeasuredCost], labels: Sequence[str]) -> Rows:
+def cost_rows(costs: Sequence[MeasuredCost], labels: Sequence[str], shown: DisplayCurrency = USD) -> Rows:
     """Markdown rows of the cost table, every detail in its cell."""
     rows = []
     for label, c in zip(labels, costs, strict=True):
-        band, total = work_band(c), total_band(c)
+        band, total = work_band(c), total_band(c, shown)
         rows.append([label, offer_text(c), duration(c.work.work_s) + (f" ({band})" if band else ""),
-                     duration(c.cost.billed_s), money(c.total_usd) + (f" ({total})" if total else ""),
-                     money(c.total_p95_usd), unit_costs(c.unit_costs_usd), observed(c), c.work.formula])
+                     duration(c.cost.billed_s), shown_money(c.total_usd, shown) + (f" ({total})" if total else ""),
+                     shown_money(c.total_p95_usd, shown), unit_costs(c.unit_costs_usd, shown), observed(c),
+                     c.work.formula])
     return rows
 
 

@@ -1,7 +1,8 @@
 """`gpuscout estimate`: the screening table (one line per GPU), each named GPU's detail, the trace beside.
 
 At 80 columns the table keeps what a decision needs (memory, fit, job time, the cheapest fix,
-cut to the width left, with the whole fix as a footnote); `--wide` adds the largest sizes that
+cut to the width left, with the whole fix as a footnote); a GPU the job does not fit shows no job
+time (nothing would run); `--wide` adds the largest sizes that
 fit, the runtime band and the bound. The detail of one GPU is in `report/estimate_detail.py`.
 """
 
@@ -18,6 +19,7 @@ from gpuscout.estimator.screen import GpuVerdict, Screening
 from gpuscout.report.estimate_detail import verdict_detail
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, one_line, plain, prose_column
+from gpuscout.report.machine import host_table
 from gpuscout.report.numbers import duration, duration_band, exact, gib_number, ratio, size
 from gpuscout.trace.llm import TraceResult
 
@@ -53,8 +55,9 @@ def _cells(v: GpuVerdict, limit_names: list[str], notes: Footnotes, *, wide: boo
            with_fix: bool) -> list[str | Text]:
     cells: list[str | Text] = [v.gpu_sku, gib_number(v.breakdown.usable_bytes), gib_number(v.breakdown.peak_bytes),
                                Text(gib_number(v.headroom_bytes), style="green" if v.fits else "red"), _fit_mark(v)]
-    cells += [exact(v.limits.values[n]) for n in limit_names]
-    cells.append(_job_time(v, wide=wide))
+    cells += [limit_value(v.limits.values[n]) for n in limit_names]
+    # No speed at all (bf16 on a V100, a multi-GPU job on a GH200): the reason is a footnote.
+    cells.append(f"{notes.ref(v.speed_note)} -" if v.speed is None and v.speed_note else _job_time(v, wide=wide))
     if wide:
         cells.append(v.speed.bound if v.speed else "-")
     if with_fix:
@@ -62,8 +65,13 @@ def _cells(v: GpuVerdict, limit_names: list[str], notes: Footnotes, *, wide: boo
     return cells
 
 
+def limit_value(value: int) -> str:
+    """A largest size that fits; 0 means not even 1 fits."""
+    return exact(value) if value > 0 else "none"
+
+
 def _job_time(v: GpuVerdict, *, wide: bool) -> str:
-    if v.speed is None:
+    if v.speed is None or not v.fits:  # as written it does not run here, so it has no job time
         return "-"
     s = v.speed
     return f"{duration(s.job_s)} ({duration_band(s.job_low_s, s.job_high_s)})" if wide else duration(s.job_s)
@@ -86,7 +94,8 @@ def _cheapest_fix(v: GpuVerdict) -> tuple[str, str]:
     if v.fits:
         return "", ""
     if v.plan:
-        return ", ".join(_edits(s.spec_change) for s in v.plan), ", then ".join(s.change for s in v.plan)
+        changes = "" if all(s.keeps_task for s in v.plan) else " (changes the task)"
+        return ", ".join(_edits(s.spec_change) for s in v.plan), ", then ".join(s.change for s in v.plan) + changes
     if not v.suggestions:
         return "no single-GPU plan found", ""
     return _edits(v.suggestions[-1].spec_change), v.suggestions[-1].change
@@ -129,6 +138,8 @@ def estimate_screen(screening: Screening, *, detailed: bool, wide: bool = False,
     parts: list[RenderableType] = [screening_table(screening, notes, wide=wide), notes.flush()]
     if detailed:
         parts += [verdict_detail(v, notes, wide=wide) for v in screening.verdicts]
+        if screening.host is not None:
+            parts.append(host_table(screening.host, notes))
     else:
         more = "" if wide else "; largest sizes that fit, runtime band and bound: --wide"
         parts.append(Text(f"Detail for one GPU: gpuscout estimate JOB.toml --gpu h100{more}", style="dim"))

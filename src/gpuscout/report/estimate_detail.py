@@ -15,6 +15,7 @@ from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.efficiency import Efficiency
 from gpuscout.estimator.screen import GpuVerdict
 from gpuscout.estimator.speed import SpeedEstimate
+from gpuscout.report.colocate import colocation_detail
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.numbers import (
@@ -42,11 +43,22 @@ def verdict_detail(v: GpuVerdict, notes: Footnotes, *, wide: bool = False) -> Re
     if v.suggestions:
         parts.append(suggestion_table(v))
     if v.limits.values:
-        limits = ", ".join(f"{k} = {exact(val)}" for k, val in v.limits.values.items())
-        parts.append(Text(f"Largest that fits: {limits}"))
-    if v.speed is not None:
+        parts.append(Text(f"Largest that fits: {limits_text(v.limits.values)}"))
+    if v.colocation is not None:
+        parts.append(colocation_detail(v.colocation))
+    if v.speed is not None and v.fits:
         parts.append(speed_table(v.speed, notes, wide=wide))
+    elif v.speed is not None:
+        parts.append(Text("Speed: no job time, it does not fit as written; apply a plan above and estimate again.",
+                          style="dim"))
+    elif v.speed_note:
+        parts.append(Text(f"Speed: {v.speed_note}", style="yellow"))
     return Group(*parts)
+
+
+def limits_text(values: dict[str, int]) -> str:
+    """'micro_batch = 6; seq_len = 9,216'; a knob at which nothing fits says so."""
+    return "; ".join(f"{k} = {exact(val)}" if val > 0 else f"{k}: nothing fits, even at 1" for k, val in values.items())
 
 
 def breakdown_table(b: MemoryBreakdown, title: str, notes: Footnotes) -> Table:
@@ -66,17 +78,21 @@ def breakdown_table(b: MemoryBreakdown, title: str, notes: Footnotes) -> Table:
 
 
 def suggestion_table(v: GpuVerdict) -> Table:
+    """Each change alone; 'task' says whether it keeps what the job computes (only those go in a
+    plan `pick` applies) or changes it (offered, never applied)."""
     table = Table(title="What to change (cheapest in speed first; each alone)")
     prose_column(table, "change")
     for header in ("saves\nGiB", "peak\nafter"):
         number_column(table, header)
     label_column(table, "fits\nalone")
+    label_column(table, "task")
     prose_column(table, "cost in speed")
     for s in v.suggestions:
         table.add_row(s.change, gib_number(s.saves_bytes), gib_number(s.peak_bytes), "yes" if s.fits else "no",
-                      s.speed_cost)
+                      "same" if s.keeps_task else Text("changes", style="yellow"), s.speed_cost)
     if v.plan:
-        table.caption = "Combined plan that fits: " + " → ".join(s.change for s in v.plan)
+        kind = "keeps the task" if all(s.keeps_task for s in v.plan) else "changes the task"
+        table.caption = f"Combined plan that fits ({kind}): " + " → ".join(s.change for s in v.plan)
     return table
 
 

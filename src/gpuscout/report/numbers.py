@@ -12,11 +12,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from gpuscout.hardware.currency import currency_sign  # one symbol table for screens and sentences
+
 KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
 _IEC = (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB))
 _SI_RATE = (("TB/s", 1e12), ("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3))
 _COUNT = (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3))
-_CURRENCY_SIGN = {"USD": "$", "EUR": "€", "GBP": "£", "CNY": "¥", "JPY": "¥"}
 
 
 def sig(value: float, digits: int = 3) -> str:
@@ -115,18 +116,23 @@ def duration_band(low: float, high: float) -> str:
 
 
 def money(amount: float | None, currency: str = "USD") -> str:
-    """'$1,234.56'; below a cent two significant digits, so it never reads '$0.00': '$0.0036'."""
+    """'$1,234.56', 'CN¥88.14', 'CHF 12.00'; below a cent two significant digits, so it never reads
+    '$0.00': '$0.0036'."""
     if amount is None:
         return "-"
     if not math.isfinite(amount):
         return "n/a"
-    sign = _CURRENCY_SIGN.get(currency)
-    prefix = sign if sign else f"{currency} "
+    prefix = currency_sign(currency)
     if amount != 0 and abs(amount) < 0.01:
         text = f"{abs(amount):.{1 - math.floor(math.log10(abs(amount)))}f}"
     else:
         text = f"{abs(amount):,.2f}"
     return f"{'-' if amount < 0 else ''}{prefix}{text}"
+
+
+def money_in(amount_usd: float | None, currency: str = "USD", usd_per_unit: float = 1.0) -> str:
+    """A USD amount shown in `currency`, one unit of which is worth `usd_per_unit` USD."""
+    return money(None if amount_usd is None else amount_usd / usd_per_unit, currency)
 
 
 def percent(fraction: float, decimals: int = 0) -> str:

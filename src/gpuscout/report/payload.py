@@ -15,6 +15,7 @@ from gpuscout.cost.pick import PickResult
 from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.screen import Screening
 from gpuscout.hardware.catalog import Gpu
+from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate, from_usd
 from gpuscout.hardware.offers import Offer
 from gpuscout.loadgen.search import SearchResult
 from gpuscout.results.beside import EstimateBeside
@@ -36,16 +37,37 @@ def estimate_payload(job: Job, screening: Screening, trace: TraceResult | None =
 
 
 def pick_payload(job: Job, result: PickResult, notes: Sequence[str]) -> dict[str, Any]:
-    return {"job": job.model_dump(), "pick": result.model_dump(mode="json"), "offers_notes": list(notes)}
+    """The ranking; each row's `_usd` amounts stay in USD, and `in_currency` gives them in the
+    display currency (`pick.currency`, with the rate it used) (docs/cost.md §3)."""
+    pick = result.model_dump(mode="json")
+    for row, dumped in zip(result.rows, pick["rows"], strict=True):
+        dumped["in_currency"] = _in_currency(row.total_usd, row.total_p95_usd, row.unit_costs_usd, result.currency)
+    return {"job": job.model_dump(), "pick": pick, "offers_notes": list(notes)}
 
 
-def bill_payload(offer: Offer, bill: JobCost) -> dict[str, Any]:
+def _in_currency(total_usd: float | None, p95_usd: float | None, units_usd: dict[str, float],
+                 shown: DisplayCurrency) -> dict[str, Any]:
+    def conv(usd: float | None) -> float | None:
+        return None if usd is None else from_usd(usd, shown)
+
+    return {"currency": shown.code, "total": conv(total_usd), "total_p95": conv(p95_usd),
+            "unit_costs": {k.removeprefix("usd_"): from_usd(v, shown) for k, v in units_usd.items()}}
+
+
+def bill_payload(offer: Offer, bill: JobCost, rates: Sequence[ExchangeRate] = ()) -> dict[str, Any]:
     return {"offer": offer.model_dump(mode="json"), "bill": bill.model_dump(), "total": bill.total,
-            "currency": bill.currency}
+            "currency": bill.currency, "exchange_rates": [r.model_dump(mode="json") for r in rates]}
 
 
-def calculator_payload(plain: PlainCost, billed: BilledCost | None) -> dict[str, Any]:
-    return {**plain.model_dump(), "billed": billed.model_dump() if billed else None}
+def calculator_payload(plain: PlainCost, billed: BilledCost | None,
+                       shown: DisplayCurrency | None = None) -> dict[str, Any]:
+    """The USD figures as before, and with a display currency its code, rate and the totals in it."""
+    payload = {**plain.model_dump(), "billed": billed.model_dump() if billed else None}
+    if shown is not None:
+        payload["currency"] = shown.model_dump(mode="json")
+        payload["total"] = from_usd(plain.total_usd, shown)
+        payload["billed_total"] = from_usd(billed.total_usd, shown) if billed else None
+    return payload
 
 
 def bench_payload(result: BenchResult, beside: EstimateBeside | None) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 At 80 columns a ranked offer takes two lines: its id (★ on the Pareto frontier) over its
 provider, tier and GPUs, then the runtime, the total and its P95 (and whether it meets the SLO,
-for jobs that have one); excluded offers are listed under the table, grouped by reason.
+for jobs that have one); an offer ranked under a plan gets a third line naming it in a few words
+(the whole plan is in `--json`). Excluded offers are listed under the table, grouped by reason,
+with the changes that would alter the task (never applied) and what each saves.
 `--wide` adds the rank, the runtime band, the cost per unit, the bound and the price date, and
 keeps the excluded offers in the table. Formulas of a bill are footnotes.
 """
@@ -18,13 +20,16 @@ from rich.text import Text
 from gpuscout.cost.billing import JobCost
 from gpuscout.cost.calculator import BilledCost, PlainCost
 from gpuscout.cost.pick import PickResult, PickRow
-from gpuscout.hardware.currency import ExchangeRate
+from gpuscout.estimator.fit import Suggestion
+from gpuscout.hardware.currency import USD, DisplayCurrency, ExchangeRate
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, plain, prose_column
-from gpuscout.report.numbers import duration, duration_band, money, seconds, sig
+from gpuscout.report.machine import machine_lines
+from gpuscout.report.numbers import duration, duration_band, gib, money, money_in, seconds, sig
 
 CAPTION = "★ = on the time–cost Pareto frontier; P95 from a seeded spot simulation"
 WIDE_CAPTION = CAPTION + "; runtime band from the efficiency factors"
+PLAN_CAPTION = "plan: changes that keep the task, applied so that it fits (each step: --json)"
 UNIT_LABELS = {"usd_per_epoch": "/epoch", "usd_per_1m_train_tokens": "/1M tok", "usd_per_1m_output_tokens": "/1M out",
                "usd_per_request": "/req", "usd_per_1000_images": "/1000 img"}
 
@@ -44,11 +49,17 @@ def pick_table(result: PickResult, *, wide: bool = False) -> RenderableType:
     rank = 0
     for row in rows:
         rank += row.excluded is None
-        table.add_row(*_cells(row, rank if row.excluded is None else None, notes, wide=wide, with_slo=with_slo))
-    parts: list[RenderableType] = [Text(f"{result.job_name}: offers ranked by total job cost (USD)", style="bold"),
-                                   table, notes.flush(), Text(WIDE_CAPTION if wide else CAPTION, style="dim")]
+        table.add_row(*_cells(row, rank if row.excluded is None else None, notes, wide=wide, with_slo=with_slo,
+                              shown=result.currency))
+    title = f"{result.job_name}: offers ranked by total job cost ({result.currency.code})" + (
+        ", as written" if result.as_written else "")
+    parts: list[RenderableType] = [Text(title, style="bold"), table, notes.flush(),
+                                   Text(WIDE_CAPTION if wide else CAPTION, style="dim")]
+    if any(r.plan for r in rows):
+        parts.append(Text(PLAN_CAPTION, style="dim"))
     if not wide:
         parts += excluded_lines(result.rows)
+    parts += machine_lines(result.rows, result.currency)  # the dataset's pull, extra disk, unstated host facts
     if result.exchange_rates:
         parts.append(Text(rates_text(result.exchange_rates)))
     parts += [Text(f"warning: {w}", style="yellow") for w in result.warnings]
@@ -71,15 +82,21 @@ def _add_columns(table: Table, *, wide: bool, with_slo: bool) -> None:
         label_column(table, "observed")
 
 
-def _cells(row: PickRow, rank: int | None, notes: Footnotes, *, wide: bool, with_slo: bool) -> list[str | Text]:
+def _cells(row: PickRow, rank: int | None, notes: Footnotes, *, wide: bool, with_slo: bool,
+           shown: DisplayCurrency = USD) -> list[str | Text]:
     offer = Text(f"{'★ ' if row.pareto else ''}{row.offer_id}\n", no_wrap=True, overflow="ellipsis")
     offer.append(f"{row.provider} {row.tier}, {_gpus(row)}", style="dim")  # two lines, each cut, never wrapped
+    if row.plan:
+        offer.append(f"\nplan: {plan_words(row.plan)}", style="yellow")
     if row.excluded is not None:  # only `wide` keeps excluded offers in the table
-        excluded = Text(f"excluded {notes.ref(row.excluded)}", style="red")
-        return ["-", offer, excluded, money(row.total_usd), "", "", "", row.bound or "", str(row.observed_at)]
-    cells: list[str | Text] = [offer, _runtime(row, wide=wide), money(row.total_usd), money(row.total_p95_usd)]
+        options = f"; {options_text(row.options)}" if row.options else ""
+        excluded = Text(f"excluded {notes.ref(row.excluded + options)}", style="red")
+        return ["-", offer, excluded, shown_money(row.total_usd, shown), "", "", "", row.bound or "",
+                str(row.observed_at)]
+    cells: list[str | Text] = [offer, _runtime(row, wide=wide), shown_money(row.total_usd, shown),
+                               shown_money(row.total_p95_usd, shown)]
     if wide:
-        cells = [str(rank), *cells, plain(unit_costs(row.unit_costs_usd))]
+        cells = [str(rank), *cells, plain(unit_costs(row.unit_costs_usd, shown))]
     if with_slo:
         cells.append("-" if row.slo_met is None else ("yes" if row.slo_met else "no"))
     if wide:
@@ -100,18 +117,57 @@ def _runtime(row: PickRow, *, wide: bool) -> str:
     return f"{duration(row.runtime_s)} ({duration_band(row.runtime_low_s, row.runtime_high_s)})"
 
 
-def unit_costs(costs: dict[str, float]) -> str:
+def plan_words(plan: Sequence[Suggestion]) -> str:
+    """A plan in a few words: 'micro-batch 1 × 16, checkpointing'."""
+    return ", ".join(_step_words(s.spec_change) for s in plan)
+
+
+def _step_words(edits: dict[str, object]) -> str:
+    if "micro_batch" in edits and "grad_accum" in edits:
+        return f"micro-batch {edits['micro_batch']} × {edits['grad_accum']}"
+    words = {"chunked_cross_entropy": "chunked loss", "gradient_checkpointing": "checkpointing",
+             "optimizer_offload": "optimizer offload", "kv_cache_dtype": "fp8 KV cache", "vae_tiling": "VAE tiling",
+             "cpu_offload": "CPU offload", "attention": "SDPA attention"}
+    if edits.get("optimizer") == "adamw_8bit":
+        return "8-bit AdamW"
+    return " ".join(words.get(k) or f"{k} {v}" for k, v in edits.items())
+
+
+def unit_costs(costs: dict[str, float], shown: DisplayCurrency = USD) -> str:
     """'/epoch $7.54; /1M tok $0.15': the job's cost per unit of work (the whole job's is the total)."""
-    return "; ".join(f"{UNIT_LABELS.get(k, k)} {money(v)}" for k, v in costs.items() if k != "usd_per_job")
+    return "; ".join(f"{UNIT_LABELS.get(k, k)} {shown_money(v, shown)}" for k, v in costs.items()
+                     if k != "usd_per_job")
+
+
+def shown_money(amount_usd: float | None, shown: DisplayCurrency | None) -> str:
+    """A USD amount in the currency the report is shown in (USD when None)."""
+    shown = shown or USD
+    return money_in(amount_usd, shown.code, shown.usd_per_unit)
 
 
 def excluded_lines(rows: Sequence[PickRow]) -> list[RenderableType]:
-    """The offers left out, one line per reason: 'excluded, does not fit in 1 × L40S 48GB: a, b'."""
-    by_reason: dict[str, list[str]] = {}
+    """The offers left out, one line per reason: 'excluded, does not fit in 1 × L40S 48GB: a, b';
+    under an offer that does not fit, the changes that would alter the task and what each saves."""
+    by_reason: dict[str, list[PickRow]] = {}
     for row in rows:
         if row.excluded is not None:
-            by_reason.setdefault(row.excluded, []).append(row.offer_id)
-    return [Text(f"excluded, {reason}: {', '.join(ids)}", style="red") for reason, ids in by_reason.items()]
+            by_reason.setdefault(row.excluded, []).append(row)
+    out: list[RenderableType] = []
+    for reason, group in by_reason.items():
+        out.append(Text(f"excluded, {reason}: {', '.join(r.offer_id for r in group)}", style="red"))
+        if group[0].options:
+            out.append(Text(f"  {options_text(group[0].options)}", style="dim"))
+    return out
+
+
+def options_text(options: Sequence[Suggestion]) -> str:
+    """The changes to the task that would fit on their own (at most three), or the largest saving."""
+    fitting = [o for o in options if o.fits]
+    if fitting:
+        return "would fit if the task changed: " + "; ".join(f"{o.change} (saves {gib(o.saves_bytes)})"
+                                                            for o in fitting[:3])
+    best = max(options, key=lambda o: o.saves_bytes)
+    return f"no single change to the task fits; the largest saving: {best.change}, {gib(best.saves_bytes)}"
 
 
 def rates_text(rates: Sequence[ExchangeRate]) -> str:
@@ -119,7 +175,7 @@ def rates_text(rates: Sequence[ExchangeRate]) -> str:
         f"1 {r.currency} = {sig(r.usd_per_unit)} USD ({r.source}, {r.observed_at})" for r in rates)
 
 
-def bill_table(cost: JobCost, title: str) -> RenderableType:
+def bill_table(cost: JobCost, title: str, rates: Sequence[ExchangeRate] = ()) -> RenderableType:
     """One line per cost item with its amount; each formula is a footnote under the table."""
     notes = Footnotes()
     table = Table(title=title)
@@ -132,17 +188,26 @@ def bill_table(cost: JobCost, title: str) -> RenderableType:
     if cost.total_p95 != cost.total:
         table.add_row("total (P95, spot simulation)", money(cost.total_p95, cost.currency),
                       notes.ref(f"P95: {sig(cost.interruptions)} expected interruptions"))
-    return Group(table, notes.flush())
+    parts: list[RenderableType] = [table, notes.flush()]
+    if cost.note:
+        parts.append(Text(cost.note, style="dim"))
+    if rates:
+        parts.append(Text(rates_text(rates)))
+    return Group(*parts)
 
 
-def calculator_table(plain_cost: PlainCost, billed: BilledCost | None) -> RenderableType:
-    """The plain product beside the bill under the rules given; how each was reckoned, as footnotes."""
+def calculator_table(plain_cost: PlainCost, billed: BilledCost | None,
+                     shown: DisplayCurrency | None = None) -> RenderableType:
+    """The plain product beside the bill under the rules given; how each was reckoned, as footnotes.
+
+    The inputs are USD (the flags say so); `shown` converts every amount for display."""
     notes = Footnotes()
-    table = Table(title="Job cost (USD)")
+    code = (shown or USD).code
+    table = Table(title=f"Job cost ({code})")
     prose_column(table, "")
-    number_column(table, f"plain product {notes.ref(_plain_formula(plain_cost))}")
+    number_column(table, f"plain product {notes.ref(_plain_formula(plain_cost, shown))}")
     if billed is not None:
-        number_column(table, f"as billed {notes.ref(_billed_formula(billed))}")
+        number_column(table, f"as billed {notes.ref(_billed_formula(billed, shown))}")
     rows = [
         ("compute", plain_cost.compute_usd, billed.compute_usd if billed else None),
         ("storage", plain_cost.storage_usd, plain_cost.storage_usd),
@@ -151,16 +216,20 @@ def calculator_table(plain_cost: PlainCost, billed: BilledCost | None) -> Render
         ("total", plain_cost.total_usd, billed.total_usd if billed else None),
     ]
     for name, a, b in rows:
-        table.add_row(name, money(a), *([money(b)] if billed is not None else []))
-    return Group(table, notes.flush())
+        table.add_row(name, shown_money(a, shown), *([shown_money(b, shown)] if billed is not None else []))
+    parts: list[RenderableType] = [table, notes.flush()]
+    if shown is not None and shown.rate is not None:
+        parts.append(Text(rates_text([shown.rate])))
+    return Group(*parts)
 
 
-def _plain_formula(p: PlainCost) -> str:
+def _plain_formula(p: PlainCost, shown: DisplayCurrency | None = None) -> str:
     gpus = f"{p.gpus} GPU{'s' if p.gpus != 1 else ''}"
-    return f"plain: {money(p.usd_per_gpu_hour)}/GPU-h × {gpus} × {sig(p.hours)} h + storage + transfer + retries"
+    return (f"plain: {shown_money(p.usd_per_gpu_hour, shown)}/GPU-h × {gpus} × {sig(p.hours)} h + storage + "
+            "transfer + retries")
 
 
-def _billed_formula(b: BilledCost) -> str:
+def _billed_formula(b: BilledCost, shown: DisplayCurrency | None = None) -> str:
     return (f"as billed: {sig(b.billed_hours)} h billed (startup {seconds(b.startup_s)}, idle tail "
             f"{seconds(b.idle_tail_s)}, minimum {seconds(b.min_billed_s)}, increment {seconds(b.increment_s)}): "
-            f"{money(b.difference_usd)} more")
+            f"{shown_money(b.difference_usd, shown)} more")

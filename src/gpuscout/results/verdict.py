@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from gpuscout.hardware.currency import amount_text
 from gpuscout.results.compare import Comparison, Headline, short_name
 from gpuscout.results.ratios import DECISIVE, Ratio
 from gpuscout.results.schema import Frozen
@@ -33,6 +34,8 @@ class CostPoint(Frozen):
     low_usd: float | None  # at the ends of the throughput's 95% CI
     high_usd: float | None
     price_note: str  # "Lambda's 2026-09-20 price"
+    currency: str = "USD"  # the currency the verdict shows amounts in (docs/cost.md §3)
+    usd_per_unit: float = 1.0  # what one unit of it is worth in USD
 
 
 class Verdict(Frozen):
@@ -181,13 +184,19 @@ def _cheaper(a: CostPoint, b: CostPoint, min_effect: float) -> bool:
 def _cost_phrase(costs: Sequence[CostPoint], i: int, j: int, than: str, *, first: bool) -> str:
     a, b = costs[i].total_usd, costs[j].total_usd
     share = (b - a) / b if b else 0.0
-    return f"{share:.0%} less{' in total' if first else ''}{than} (${a:,.2f} vs ${b:,.2f})"
+    shown = costs[i]
+    return f"{share:.0%} less{' in total' if first else ''}{than} ({_amount(a, shown)} vs {_amount(b, shown)})"
 
 
 def _usd_range(cost: CostPoint) -> str:
     if cost.low_usd is None or cost.high_usd is None:
-        return f"${cost.total_usd:,.2f}"
-    return f"${cost.total_usd:,.2f} (${cost.low_usd:,.2f}–${cost.high_usd:,.2f})"
+        return _amount(cost.total_usd, cost)
+    return f"{_amount(cost.total_usd, cost)} ({_amount(cost.low_usd, cost)}–{_amount(cost.high_usd, cost)})"
+
+
+def _amount(usd: float, cost: CostPoint) -> str:
+    """A USD amount in the currency the report is shown in: '$12.34', 'CN¥88.14'."""
+    return amount_text(usd / cost.usd_per_unit, cost.currency)
 
 
 def _price_notes(costs: Sequence[CostPoint]) -> str:

@@ -87,6 +87,11 @@ class FinetuneJob(Spec):
     # Save a checkpoint (trainable weights + optimizer state) every N optimizer steps; the bench
     # times one save and the whole-job time counts them (workload/jobtime.py). None: no saves.
     checkpoint_every_steps: int | None = Field(None, gt=0, le=10**9)
+    # Checkpoints kept on disk at once (transformers' save_total_limit; its default keeps every one).
+    # 2: the newest to resume from and one before it, in case the newest is torn (docs/estimator.md §2.13).
+    checkpoints_kept: int = Field(2, gt=0, le=100_000)
+    # DataLoader worker processes per GPU process; each holds host RAM (docs/estimator.md §2.13).
+    dataloader_workers: int = Field(2, ge=0, le=1024)
     allow_long_context: bool = False  # train past the model's max_position_embeddings on purpose
 
     @model_validator(mode="after")
@@ -98,6 +103,29 @@ class FinetuneJob(Spec):
         if self.method == "qlora" and self.precision == "fp32":
             raise ValueError("QLoRA computes in 16-bit; use precision 'bf16_mixed' or 'fp16_mixed'")
         return self
+
+
+MAX_CO_SERVED = 16  # models beside the main one on the same GPUs; far past what fits on any GPU
+
+
+class CoServed(Spec):
+    """Another model served on the same GPUs, by its own engine process (vLLM runs one model per
+    process). The GPUs, tensor parallelism and engine are the job's; the rest is per model."""
+
+    name: Name | None = None  # its label in reports; default: the model reference
+    model: ModelRef
+    weights: WeightFormat = "bf16"
+    int4_group_size: int = Field(128, gt=0, le=MAX_BATCH)
+    kv_cache_dtype: KvDtype = "bf16"
+    prompt_tokens: int = Field(1024, gt=0, le=MAX_CONTEXT)
+    output_tokens: int = Field(256, gt=0, le=MAX_CONTEXT)
+    concurrency: int = Field(1, gt=0, le=MAX_CONCURRENCY)
+    max_num_batched_tokens: int = Field(8192, gt=0, le=100_000_000)
+    requests: int = Field(1000, gt=0, le=MAX_COUNT)
+    allow_long_context: bool = False
+    # Accepted only to say clearly that they must match the job's (all models share the GPUs).
+    tensor_parallel: int | None = Field(None, gt=0, le=64)
+    engine: Engine | None = None
 
 
 class InferenceJob(Spec):
@@ -117,10 +145,29 @@ class InferenceJob(Spec):
     requests: int = Field(1000, gt=0, le=MAX_COUNT)
     slo: Slo = Slo()
     allow_long_context: bool = False
+    # Models served beside `model` on the same GPUs (`[[co_served]]` tables). With them,
+    # gpu_memory_utilization is the share of each GPU all engines together may take.
+    co_served: tuple[CoServed, ...] = Field((), max_length=MAX_CO_SERVED)
 
     @property
     def context_tokens(self) -> int:
         return self.prompt_tokens + self.output_tokens
+
+    @model_validator(mode="after")
+    def _co_served_share_the_gpus(self) -> InferenceJob:
+        if self.co_served and self.engine != "vllm":
+            raise ValueError('co_served needs engine = "vllm": co-serving is modelled as one vLLM process '
+                             'per model, each with its own gpu_memory_utilization')
+        for i, other in enumerate(self.co_served):
+            label = f"co_served[{i}] ({printable(other.model, 40)})"
+            if other.tensor_parallel not in (None, self.tensor_parallel):
+                raise ValueError(f"{label} has tensor_parallel = {other.tensor_parallel}, the job "
+                                 f"{self.tensor_parallel}: co-served models share the same GPUs (set it once, "
+                                 "at the top)")
+            if other.engine not in (None, self.engine):
+                raise ValueError(f"{label} has engine = {other.engine!r}, the job {self.engine!r}: each "
+                                 "co-served model runs in its own vLLM process")
+        return self
 
 
 class ImageJob(Spec):

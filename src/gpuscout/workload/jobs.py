@@ -14,6 +14,7 @@ from importlib import resources
 from pathlib import Path
 
 from gpuscout.errors import SpecError
+from gpuscout.workload.colocated import resolve_colocated
 from gpuscout.workload.image import ImageModelShape
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, load_job, parse_job
 from gpuscout.workload.resolve import resolve_image, resolve_llm
@@ -60,6 +61,8 @@ def resolve_job_model(job: Job, base_dir: Path | None) -> Model:
         return resolve_image(job.model)
     shape = resolve_llm(job.model, base_dir=base_dir)
     validate_llm_job(job, shape)
+    if isinstance(job, InferenceJob) and job.co_served:
+        return resolve_colocated(job, shape, base_dir)  # the models served beside it, each checked
     return shape
 
 
