@@ -6,6 +6,11 @@ anything else is a bug and keeps its traceback.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class GpuscoutError(Exception):
     """A mistake in the user's input or environment, explained in three parts."""
@@ -34,3 +39,13 @@ class MissingDependencyError(GpuscoutError):
 
 class UnsupportedHere(Exception):
     """This case cannot run on this machine (e.g. QLoRA on a CPU); a bench records it as `unsupported`."""
+
+
+def option_error(exc: ValidationError, why: str, fix: str) -> SpecError:
+    """The first invalid command-line option in `exc`, named as its flag (`min_effect` → `--min-effect`).
+
+    `fix` may say `{flag}` where the flag's name belongs.
+    """
+    first = exc.errors()[0]
+    flag = "--" + str(first["loc"][0]).replace("_", "-") if first["loc"] else "an option"
+    return SpecError(f"{flag} {first.get('input')!r}: {first['msg']}.", why, fix.format(flag=flag))

@@ -187,3 +187,18 @@ def test_pick_excludes_a_host_without_ram_and_bills_the_farther_pull(llama8b: Mo
     assert near_row.runtime_s == far_row.runtime_s
     # far pays 500 GB × $0.02 and a pull of 4,000 s instead of 800 s at $10/h.
     assert (far_row.total_usd or 0) - (near_row.total_usd or 0) == pytest.approx(10.0 + 10 * 3200 / 3600)
+
+
+def test_the_deadline_counts_the_datasets_pull(llama8b: ModelShape) -> None:
+    """An offer that computes in time but must first pull 500 GB from another region misses a deadline
+    set between the two: the job ends after the pull."""
+    data = data_source(dataset_gb=500, region="aws:us-west-2")
+    free = pick(LORA, llama8b, [offer()], today=TODAY, options=CostOptions(data=data))
+    runtime = free.rows[0].runtime_s
+    assert runtime is not None and free.rows[0].excluded is None
+    deadline = runtime + 2000.0  # the pull takes 4,000 s
+    late = pick(LORA, llama8b, [offer()], today=TODAY, options=CostOptions(data=data), deadline_s=deadline)
+    assert late.rows[0].excluded is not None and late.rows[0].excluded.startswith("misses the deadline")
+    near = data_source(dataset_gb=500, region="aws:us-east-1")  # 800 s at 5 Gbit/s: in time
+    assert pick(LORA, llama8b, [offer()], today=TODAY, options=CostOptions(data=near),
+                deadline_s=deadline).rows[0].excluded is None

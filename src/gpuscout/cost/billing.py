@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from gpuscout.cost.billed_time import billed_seconds, billed_startup_s, startup_text
 from gpuscout.cost.spot import SpotOutcome, expected_spot_run, spot_p95_billed_s
 from gpuscout.cost.transfer import DataSource
-from gpuscout.errors import SpecError
+from gpuscout.errors import option_error
 from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate, to_display
 from gpuscout.hardware.offers import EgressTier, Offer, StorageItem, instance_price_per_hour
 
@@ -56,12 +56,9 @@ def cost_options(**options: float) -> CostOptions:
     try:
         return CostOptions(**options)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        flag = "--" + str(first["loc"][0]).replace("_", "-")
-        raise SpecError(f"{flag} {first.get('input')!r}: {first['msg']}.",
-                        "Data moved, failed attempts and days kept stopped are amounts: finite, zero or more "
-                        f"(days kept stopped at most {MAX_KEEP_STOPPED_DAYS:g}).",
-                        f"Pass {flag} with a value in that range.") from None
+        raise option_error(exc, "Data moved, failed attempts and days kept stopped are amounts: finite, zero or "
+                                f"more (days kept stopped at most {MAX_KEEP_STOPPED_DAYS:g}).",
+                           "Pass {flag} with a value in that range.") from None
 
 
 class CostLine(BaseModel):

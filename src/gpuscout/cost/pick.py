@@ -169,7 +169,9 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
         no_rate = f"priced in {offer.currency} and no exchange rate was given: {missing_rate_fix(offer.currency)}"
         return PickRow(**base | timing | {"excluded": no_rate})
     units = unit_costs(job, total)
-    reason = exclusion(layout.runtime_s, total, layout.slo_miss, deadline_s, budget_usd, currency)
+    # The deadline is on when the job ends: the dataset's pull comes before the first step.
+    pull_s = machine.transfer.seconds if machine.transfer is not None else 0.0
+    reason = exclusion(layout.runtime_s + pull_s, total, layout.slo_miss, deadline_s, budget_usd, currency)
     return PickRow(**base | timing | {"total_usd": total, "total_p95_usd": p95, "unit_costs_usd": units,
                                       "excluded": reason})
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from gpuscout.errors import SpecError, UnsupportedHere
+from gpuscout.errors import SpecError, UnsupportedHere, option_error
 from gpuscout.measure.telemetry import CpuWatch, GpuSampler, build_telemetry
 from gpuscout.results.schema import Case, Failure, FailureKind, Metric, Scalar, Telemetry
 from gpuscout.stats import summarize
@@ -60,9 +60,8 @@ def bench_settings(**options: Any) -> BenchSettings:
     try:
         return BenchSettings(**options)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise SpecError(f"--{first['loc'][0]}: {first['msg']}.", "bench needs repeats ≥ 1, warmup ≥ 0, layers ≥ 1.",
-                        "Correct the option.") from None
+        raise option_error(exc, "bench needs repeats ≥ 1, warmup ≥ 0, layers ≥ 1, runs from 1 to 100, and a region "
+                                "and billing type of at most 200 characters.", "Correct {flag}.") from None
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from gpuscout.errors import SpecError
+from gpuscout.errors import option_error
 from gpuscout.results.runs import metric_runs
 from gpuscout.results.schema import Frozen, Metric
 from gpuscout.stats import bootstrap_ratio_ci, run_mean, welch_log_ratio_ci
@@ -58,11 +58,8 @@ def compare_options(**options: float) -> CompareOptions:
     try:
         return CompareOptions(**options)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        flag = "--" + str(first["loc"][0]).replace("_", "-")
-        raise SpecError(f"{flag} {first.get('input')!r}: {first['msg']}.",
-                        "The minimum effect and the noise floor are fractions: 0.05 is 5%.",
-                        f"Pass {flag} as a fraction, e.g. {flag} 0.05.") from None
+        raise option_error(exc, "The minimum effect and the noise floor are fractions: 0.05 is 5%.",
+                           "Pass {flag} as a fraction, e.g. {flag} 0.05.") from None
 
 
 class Ratio(Frozen):
