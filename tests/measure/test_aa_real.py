@@ -2,9 +2,12 @@
 slowdown injected into one side's real samples is found with the right winner (docs/measurement.md §1.4).
 
 The benches are real (`gpuscout bench`, three runs, every case in a fresh process). The slowdown is
-injected into the recorded samples of B, run by run (every time × 1.25, every throughput ÷ 1.25),
-so the noise is this machine's and the effect is known exactly. `benchmarks/aa_compare.py` measures
-the same over many pairs for the rates.
+injected into the recorded samples of B, run by run (every time × f, every throughput ÷ f), so the
+noise is this machine's and the effect is known exactly. f = 1.5: over 20 measured pairs on a 2-core
+VM with three runs a side, every pair whose evidence was not flagged noisy or disturbed found a 1.5×
+slowdown (15/15), while a 1.25× one was found in 12 of 15 — a test on it would fail by chance. The
+25% case is tested on known samples in tests/results/test_verdict_gates.py, and
+`benchmarks/aa_compare.py` measures the rates over many pairs.
 """
 
 from __future__ import annotations
@@ -64,11 +67,11 @@ def test_two_real_benches_of_the_same_job_name_no_winner(pair: tuple[BenchResult
     assert report.verdict.reasons  # it says why
 
 
-def test_a_25_percent_slowdown_in_real_samples_is_found_with_the_right_winner(
+def test_a_50_percent_slowdown_in_real_samples_is_found_with_the_right_winner(
         pair: tuple[BenchResult, BenchResult]) -> None:
     a, b = pair
     # --allow-diff: this test is about the statistics; a busy test machine may disturb both sides.
-    report = api.compare([a, slowed(b, 1.25)], allow_diff=True)
+    report = api.compare([a, slowed(b, 1.5)], allow_diff=True)
     if report.verdict.outcome == "inconclusive":
         pytest.skip(f"this machine was too noisy to test detection: {'; '.join(report.verdict.reasons)}")
     assert report.verdict.winner == "A", report.verdict.text
