@@ -51,7 +51,8 @@ def cost_in_currency(c: MeasuredCost, shown: DisplayCurrency) -> dict[str, Any]:
 def ratio_note(options: CompareOptions) -> str:
     """What a ratio cell means and when it counts, with the thresholds this comparison used."""
     return ("Ratios: how many times better than A (above 1 = better; for times and latencies A's value / this "
-            "value), with a 95% CI from a seeded two-level bootstrap (runs, then the samples within each run). "
+            "value), with a 95% CI from a seeded two-level bootstrap (runs, then the samples within each run), "
+            "at least Student's t interval over the run means when both sides ran twice or more. "
             "'same': the CI includes 1.0, or the effect is below the minimum effect of "
             f"{options.min_effect:.0%}; 'floor': a side ran once and the effect is below the noise floor of "
             f"{options.noise_floor:.0%}; 'noisy': a side's run means vary by more than {options.noisy_cv:.0%} "
