@@ -52,23 +52,33 @@ class MachineCheck(BaseModel):
 
 
 def check_machine(job: Job, model: Model, offer: Offer, *, processes: int,
-                  data: DataSource | None = None) -> MachineCheck:
-    """Judge `offer`'s host for `job` run as `processes` GPU processes, with its data in `data`."""
-    dataset_bytes = data.dataset_gb * GB if data is not None else None
-    needs = estimate_host(job, model, processes=processes, dataset_bytes=dataset_bytes)
+                  data: DataSource | None = None, needs: HostNeeds | None = None) -> MachineCheck:
+    """Judge `offer`'s host for `job` run as `processes` GPU processes, with its data in `data`.
+
+    `needs` is `host_needs` of the same job, when the caller already has it (`pick` judges thousands
+    of offers of a few instance shapes: the needs depend on the shape, not on the offer).
+    """
+    if needs is None:
+        needs = host_needs(job, model, processes=processes, data=data)
     disk_gb = available_disk_gb(offer)
-    base = MachineCheck(needs=needs, ram_gb=offer.ram_gb, vcpus=offer.vcpus, disk_gb=disk_gb,
-                        notes=_unstated(needs, offer, disk_gb) + _cpu_note(needs, offer))
+    base = {"needs": needs, "ram_gb": offer.ram_gb, "vcpus": offer.vcpus, "disk_gb": disk_gb,
+            "notes": _unstated(needs, offer, disk_gb) + _cpu_note(needs, offer)}
     reason = _cpu_exclusion(needs, offer) or _ram_exclusion(needs, offer)
     if reason is not None:
-        return base.model_copy(update={"excluded": reason})
+        return MachineCheck(**base, excluded=reason)
     disk = _disk_fit(needs, offer, disk_gb)
     if isinstance(disk, str):
-        return base.model_copy(update={"excluded": disk})
+        return MachineCheck(**base, excluded=disk)
     transfer = plan_transfer(data, offer) if data is not None and data.placed else None
     returned = needs.output_bytes / GB if transfer is not None and transfer.route != "same region" else 0.0
-    return base.model_copy(update={"extra_disk_gb": disk[0], "extra_disk_price_per_gb_month": disk[1],
-                                   "transfer": transfer, "returned_gb": returned})
+    return MachineCheck(**base, extra_disk_gb=disk[0], extra_disk_price_per_gb_month=disk[1], transfer=transfer,
+                        returned_gb=returned)
+
+
+def host_needs(job: Job, model: Model, *, processes: int, data: DataSource | None = None) -> HostNeeds:
+    """The host RAM and disk `job` needs run as `processes` GPU processes, its dataset included."""
+    return estimate_host(job, model, processes=processes,
+                         dataset_bytes=data.dataset_gb * GB if data is not None else None)
 
 
 def available_disk_gb(offer: Offer) -> float | None:

@@ -21,7 +21,7 @@ from datetime import date
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.cost.billing import CostOptions, JobCost
-from gpuscout.cost.machine import MachineCheck, check_machine, price_on_machine
+from gpuscout.cost.machine import MachineCheck, check_machine, host_needs, price_on_machine
 from gpuscout.cost.spot import SpotNeverFinishes
 from gpuscout.errors import GpuscoutError, SpecError
 from gpuscout.estimator.fit import (
@@ -31,6 +31,7 @@ from gpuscout.estimator.fit import (
     planned_job,
     task_changing_options,
 )
+from gpuscout.estimator.host import HostNeeds
 from gpuscout.estimator.memory import Job, Model, estimate_memory
 from gpuscout.estimator.speed import SpeedEstimate, estimate_speed
 from gpuscout.hardware.catalog import Gpu, find_gpu
@@ -127,8 +128,9 @@ def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[Exc
          options: CostOptions | None = None, currency: DisplayCurrency = USD, as_written: bool = False) -> PickResult:
     """Rank offers by total job cost; `as_written` places only the job as written (no plans)."""
     layouts: dict[tuple[str, int], Layout] = {}  # many offers share a GPU and a count
+    hosts: dict[tuple[str, int], HostNeeds] = {}  # and so the host RAM and disk the job needs there
     rows = [judge_offer(job, model, o, rates, deadline_s, budget_usd, today, options, currency,
-                        layouts=layouts, as_written=as_written) for o in offers]
+                        layouts=layouts, hosts=hosts, as_written=as_written) for o in offers]
     ranked = sorted((r for r in rows if r.excluded is None), key=lambda r: r.total_usd or 0.0)
     ranked = mark_pareto(ranked)
     excluded = [r for r in rows if r.excluded is not None]
@@ -139,20 +141,22 @@ def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[Exc
 def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRate], deadline_s: float | None,
                 budget_usd: float | None, today: date, options: CostOptions | None,
                 currency: DisplayCurrency = USD, *, layouts: dict[tuple[str, int], Layout] | None = None,
-                as_written: bool = False) -> PickRow:
+                hosts: dict[tuple[str, int], HostNeeds] | None = None, as_written: bool = False) -> PickRow:
     """One offer: lay the job out on its instance (cached per shape), bill the runtime, apply the limits."""
-    gpu = find_gpu(offer.gpu)
     cache = layouts if layouts is not None else {}
-    key = (gpu.sku, offer.gpu_count)
+    key = (offer.gpu, offer.gpu_count)  # `Offer.gpu` is already the catalog SKU
     if key not in cache:
-        cache[key] = lay_out(job, model, gpu, offer.gpu_count, as_written=as_written)
+        cache[key] = lay_out(job, model, find_gpu(offer.gpu), offer.gpu_count, as_written=as_written)
     layout = cache[key]
     base = _row_base(offer, today)
     if layout.placement is None or layout.speed is None:
         return PickRow(**base | {"fits": False, "excluded": layout.unfit, "options": layout.options})
     placement, speed = layout.placement, layout.speed
-    machine = check_machine(placement.job, model, offer, processes=placement.group * placement.replicas,
-                            data=options.data if options is not None else None)
+    data, processes = options.data if options is not None else None, placement.group * placement.replicas
+    known = hosts if hosts is not None else {}
+    if key not in known:
+        known[key] = host_needs(placement.job, model, processes=processes, data=data)
+    machine = check_machine(placement.job, model, offer, processes=processes, data=data, needs=known[key])
     fitted = {"fits": True, "gpus_needed": placement.gpus_needed, "runtime_s": layout.runtime_s,
               "bound": speed.bound, "plan": placement.plan, "machine": machine}
     if machine.excluded is not None:

@@ -17,6 +17,7 @@ Pure: no torch, no prices. What the offer has and what extra disk costs is `cost
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -89,11 +90,11 @@ class HostNeeds(BaseModel):
     ram: tuple[HostTerm, ...]
     disk: tuple[HostTerm, ...]
 
-    @property
+    @cached_property  # read for every offer `pick` judges
     def ram_bytes(self) -> int:
         return sum(t.bytes for t in self.ram)
 
-    @property
+    @cached_property
     def disk_bytes(self) -> int:
         return sum(t.bytes for t in self.disk)
 
