@@ -298,3 +298,25 @@ def test_random_offer_tables_raise_only_spec_errors(data: dict[str, Any]) -> Non
 def test_random_documents_raise_only_spec_errors(document: dict[str, Any]) -> None:
     with contextlib.suppress(SpecError):
         parse_price_sheet(document)
+
+
+def test_the_billing_types_of_results_are_the_tiers_of_offers() -> None:
+    """`bench --billing` and an offer's tier name the same thing (a fixed variable of the result)."""
+    from typing import get_args
+
+    from gpuscout.hardware.offers import Tier
+    from gpuscout.results.schema import BillingType
+
+    assert get_args(BillingType) == get_args(Tier)
+
+
+def test_the_bundled_example_sheet_is_found_by_the_name_examples_lists(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpuscout.hardware.price_sheet import default_price_sheet, load_price_sheet
+
+    monkeypatch.chdir(tmp_path)  # outside the checkout: no examples/ folder here
+    for name in ("prices.example", "prices.example.toml"):
+        assert load_price_sheet(Path(name)).path == str(default_price_sheet())
+    (tmp_path / "prices.example.toml").write_text("")  # a file of that name here wins
+    with pytest.raises(SpecError, match=r"prices\.example\.toml has no offers"):
+        load_price_sheet(Path("prices.example.toml"))

@@ -78,3 +78,11 @@ def test_bands_name_their_unit_once_when_both_ends_share_it() -> None:
 
 def test_exact_counts_keep_every_digit() -> None:
     assert numbers.exact(8_030_261_248) == "8,030,261,248" and numbers.exact(3) == "3"
+
+
+def test_a_ratio_band_beyond_readable_ends_is_clamped() -> None:
+    from gpuscout.report.numbers import ratio_band
+
+    assert ratio_band(1.99, 2.01) == "1.99–2.01×"
+    assert ratio_band(0.0001, 71480.15) == "<0.01–>100×"
+    assert ratio_band(float("nan"), 2.0) == "n/a"

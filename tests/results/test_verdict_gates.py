@@ -68,7 +68,17 @@ def test_runs_that_disagree_make_the_verdict_inconclusive() -> None:
     verdict = decide(c)
     assert verdict.winner is None and verdict.outcome == "inconclusive"
     assert verdict.text.startswith("Inconclusive — noisy") and "--runs 5" in verdict.text
-    assert any("this side's runs disagree" in r for r in verdict.reasons)
+    # Named by its label, with its own figure, and only the noisy side.
+    assert len(verdict.reasons) == 1
+    assert verdict.reasons[0].startswith("tokens_per_s: B's runs disagree: its run means vary by 28%")
+
+
+def test_three_results_name_each_noisy_side_once_with_its_own_figure() -> None:
+    c = compare_results([bench_result("A", cases=[runs_case(scaled(1.0, (1.0, 0.7, 1.3)))]),
+                         bench_result("B", cases=[runs_case(scaled(1.0))]),
+                         bench_result("C", tps=BASE_TPS)])  # one run: it has no between-run variation
+    reasons = decide(c).reasons
+    assert len(reasons) == 1 and reasons[0].startswith("tokens_per_s: A's runs disagree: its run means vary by 30%")
 
 
 def test_repeats_that_spread_widely_make_the_verdict_inconclusive() -> None:

@@ -123,6 +123,8 @@ def pick(
     egress_gb: Annotated[float, typer.Option(help="Data moved out of the machine, GB.")] = 0.0,
     failed_attempts: Annotated[float, typer.Option(help="Expected failed attempts before success.")] = 0.0,
     seed: Annotated[int, typer.Option(help="Seed of the spot simulation.")] = 0,
+    top: Annotated[int, typer.Option(min=0, help="Ranked offers shown (the cheapest, plus the Pareto frontier); "
+                                                  "0 shows all.")] = 25,
     as_written: Annotated[bool, typer.Option("--as-written", help="No plans: exclude offers the job as written "
                                              "does not fit.")] = False,
     dataset_gb: Annotated[float | None, typer.Option(help="Size of the job's dataset, GB (disk, transfer).")] = None,
@@ -147,7 +149,7 @@ def pick(
                       as_written=as_written, dataset_gb=dataset_gb, dataset_region=dataset_region,
                       dataset_url=dataset_url, dataset_egress_per_gb=dataset_egress_per_gb, dataset_gbps=dataset_gbps)
     _emit(lambda: pick_payload(report.job, report.pick, report.offers_notes),
-          lambda: pick_screen(report.pick, report.offers_notes, wide=wide), as_json)
+          lambda: pick_screen(report.pick, report.offers_notes, wide=wide, top=top), as_json)
 
 
 @app.command()

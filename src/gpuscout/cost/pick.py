@@ -175,7 +175,7 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
     units = unit_costs(job, total)
     # The deadline is on when the job ends: the dataset's pull comes before the first step.
     pull_s = machine.transfer.seconds if machine.transfer is not None else 0.0
-    reason = exclusion(layout.runtime_s + pull_s, total, layout.slo_miss, deadline_s, budget_usd, currency)
+    reason = exclusion(layout.runtime_s, total, layout.slo_miss, deadline_s, budget_usd, currency, pull_s=pull_s)
     return PickRow(**base | timing | {"total_usd": total, "total_p95_usd": p95, "unit_costs_usd": units,
                                       "excluded": reason})
 
@@ -388,12 +388,14 @@ def unit_costs(job: Job, total_usd: float) -> dict[str, float]:
 
 
 def exclusion(runtime_s: float, total_usd: float, slo_miss: str | None, deadline_s: float | None,
-              budget_usd: float | None, currency: DisplayCurrency = USD) -> str | None:
-    """The one-line reason an offer that fits is left out, or None; `slo_miss` names the missed targets."""
+              budget_usd: float | None, currency: DisplayCurrency = USD, *, pull_s: float = 0.0) -> str | None:
+    """The one-line reason an offer that fits is left out, or None; `slo_miss` names the missed targets.
+    The deadline is on when the job ends: after the dataset's pull (`pull_s`) and the runtime."""
     if slo_miss is not None:
         return f"misses the latency SLO: {slo_miss}"
-    if deadline_s is not None and runtime_s > deadline_s:
-        return f"misses the deadline ({runtime_s / 3600:.1f} h > {deadline_s / 3600:.1f} h)"
+    if deadline_s is not None and runtime_s + pull_s > deadline_s:
+        pulled = f" with the {pull_s / 3600:.1f} h dataset pull" if pull_s else ""
+        return f"misses the deadline ({(runtime_s + pull_s) / 3600:.1f} h{pulled} > {deadline_s / 3600:.1f} h)"
     if budget_usd is not None and total_usd > budget_usd:
         total, budget = (from_usd(x, currency) for x in (total_usd, budget_usd))
         return f"over budget ({amount_text(total, currency.code)} > {amount_text(budget, currency.code)})"

@@ -51,9 +51,11 @@ _TOP_LEVEL_KEYS = ("offer", "exchange_rate")
 
 def load_price_sheet(path: Path) -> PriceSheet:
     """Read a TOML price sheet: [[offer]] tables (with [[offer.storage]], [[offer.egress_tiers]])
-    and optional [[exchange_rate]] tables. Every problem is a SpecError that names where it is."""
-    document = read_user_toml(path, "price sheet", "Check the path; examples/prices.example.toml shows the format.",
-                              max_bytes=MAX_SHEET_BYTES)
+    and optional [[exchange_rate]] tables. Every problem is a SpecError that names where it is.
+    `prices.example` (the name `gpuscout examples` lists) is the bundled example sheet."""
+    path = sheet_path(path)
+    document = read_user_toml(path, "price sheet", "Check the path; `gpuscout examples` shows where the bundled "
+                              "example sheet (prices.example) is, with every field.", max_bytes=MAX_SHEET_BYTES)
     return parse_price_sheet(document, path=str(path))
 
 
@@ -155,6 +157,13 @@ def _input_hint(err: Any) -> str:
 def default_price_sheet() -> Path:
     """The bundled example sheet (dated EXAMPLE observations, docs/prices.md)."""
     return Path(str(resources.files("gpuscout").joinpath("examples", "prices.example.toml")))
+
+
+def sheet_path(path: Path) -> Path:
+    """The path as given, or the bundled example sheet when given by its name and no such file is here."""
+    if not path.exists() and path.parent == Path(".") and path.name.removesuffix(".toml") == "prices.example":
+        return default_price_sheet()
+    return path
 
 
 def load_offers(path: Path, *, cloud: str | None = None) -> tuple[PriceSheet, list[str]]:

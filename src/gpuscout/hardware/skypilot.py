@@ -372,6 +372,7 @@ def _map_gpu(accelerator: str, instance_type: str, memory_mib: float | None) -> 
     return None if gpu is None else gpu.sku
 
 
+@functools.lru_cache(maxsize=1024)  # a catalog repeats one instance type's GpuInfo in every region and zone
 def _memory_mib(gpu_info: str) -> float | None:
     """Per-GPU memory from GpuInfo's Gpus[0].MemoryInfo.SizeInMiB (TotalGpuMemoryInMiB is per-GPU
     in some clouds' files and per-instance in others, so it is not used)."""

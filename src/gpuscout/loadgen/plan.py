@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from gpuscout.errors import SpecError
 from gpuscout.loadgen.client import MAX_TIMEOUT_S, Endpoint, default_timeout_s, endpoint_url
 from gpuscout.loadgen.schedule import MAX_CONCURRENCY, MAX_REQUESTS_PER_LEVEL, LoadShape, check_schedule_size
+from gpuscout.results.schema import BillingType
 from gpuscout.workload.job import Slo
 
 Arrival = Literal["constant", "poisson", "gamma"]
@@ -55,7 +56,7 @@ class LoadPlan(BaseModel):
     # compare needs the variation between runs to tell a real difference from drift.
     runs: int = Field(3, ge=1, le=100)
     region: str | None = Field(None, max_length=200)  # where the server was rented (a fixed variable)
-    billing: str | None = Field(None, max_length=200)  # on-demand / spot / reserved … (a fixed variable)
+    billing: BillingType | None = None  # on-demand / spot / reserved (a fixed variable)
 
     @model_validator(mode="after")
     def _consistent(self) -> LoadPlan:

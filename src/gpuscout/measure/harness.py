@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuscout.errors import SpecError, UnsupportedHere, option_error
 from gpuscout.measure.telemetry import CpuWatch, GpuSampler, build_telemetry
-from gpuscout.results.schema import Case, Failure, FailureKind, Metric, Scalar, Telemetry
+from gpuscout.results.schema import BillingType, Case, Failure, FailureKind, Metric, Scalar, Telemetry
 from gpuscout.stats import summarize
 
 CaseFn = Callable[..., Case]
@@ -52,7 +52,7 @@ class BenchSettings(BaseModel):
     # between runs to tell a real difference from drift (docs/measurement.md §1.4).
     runs: int = Field(3, ge=1, le=100)
     region: str | None = Field(None, max_length=200)  # where the machine was rented (a fixed variable)
-    billing: str | None = Field(None, max_length=200)  # on-demand / spot / reserved … (a fixed variable)
+    billing: BillingType | None = None  # on-demand / spot / reserved (a fixed variable)
 
 
 def bench_settings(**options: Any) -> BenchSettings:
@@ -60,8 +60,9 @@ def bench_settings(**options: Any) -> BenchSettings:
     try:
         return BenchSettings(**options)
     except ValidationError as exc:
-        raise option_error(exc, "bench needs repeats ≥ 1, warmup ≥ 0, layers ≥ 1, runs from 1 to 100, and a region "
-                                "and billing type of at most 200 characters.", "Correct {flag}.") from None
+        raise option_error(exc, "bench needs repeats ≥ 1, warmup ≥ 0, layers ≥ 1, runs from 1 to 100, a region of "
+                                "at most 200 characters and a billing type of on-demand, spot or reserved.",
+                           "Correct {flag}.") from None
 
 
 @dataclass(frozen=True)

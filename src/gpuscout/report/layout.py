@@ -7,6 +7,8 @@ terminal is too narrow, and their full text is in a footnote or in `--wide`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rich.table import Table
 from rich.text import Text
 
@@ -34,3 +36,9 @@ def one_line(text: str, style: str = "") -> Text:
 def plain(text: str) -> Text:
     """Text that is not read as rich markup: '[s, lower is better]' and formulas with '[…]' stay as written."""
     return Text(text)
+
+
+def some_ids(ids: Sequence[str], limit: int = 8) -> str:
+    """'a, b, c' — or the first `limit` and 'and N more' (a catalog can hold thousands)."""
+    more = f" and {len(ids) - limit:,} more" if len(ids) > limit else ""
+    return ", ".join(ids[:limit]) + more

@@ -18,7 +18,7 @@ from gpuscout.cost.pick import PickRow
 from gpuscout.estimator.host import HostNeeds
 from gpuscout.hardware.currency import USD, DisplayCurrency
 from gpuscout.report.footnotes import Footnotes
-from gpuscout.report.layout import label_column, number_column, prose_column
+from gpuscout.report.layout import label_column, number_column, prose_column, some_ids
 from gpuscout.report.numbers import duration, gib_number, money, money_in, sig
 
 GB = 10**9
@@ -47,7 +47,7 @@ def machine_lines(rows: Sequence[PickRow], shown: DisplayCurrency = USD) -> list
         if row.excluded is None and row.machine is not None:
             for line in row_lines(row.machine, row.currency, shown):
                 groups.setdefault(line, []).append(row.offer_id)
-    return [Text(f"{line}: {', '.join(ids)}", style="dim") for line, ids in groups.items()]
+    return [Text(f"{line}: {some_ids(ids)}", style="dim") for line, ids in groups.items()]
 
 
 def row_lines(check: MachineCheck, currency: str, shown: DisplayCurrency = USD) -> list[str]:

@@ -146,8 +146,13 @@ def ratio(value: float | None) -> str:
 
 
 def ratio_band(low: float, high: float) -> str:
-    """A confidence interval of a ratio: '1.99–2.01×'."""
-    return f"{low:.2f}–{high:.2f}×" if math.isfinite(low) and math.isfinite(high) else "n/a"
+    """A confidence interval of a ratio: '1.99–2.01×'; ends beyond 0.01× and 100× (two runs of wild
+    samples give Student's t intervals like 0.00–71480×) read '<0.01' and '>100'."""
+    if not (math.isfinite(low) and math.isfinite(high)):
+        return "n/a"
+    lo = "<0.01" if low < 0.01 else f"{low:.2f}"
+    hi = ">100" if high > 100 else f"{high:.2f}"
+    return f"{lo}–{hi}×"
 
 
 def value_in(value: float, unit: str) -> str:

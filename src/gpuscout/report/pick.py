@@ -6,7 +6,9 @@ for jobs that have one); an offer ranked under a plan gets a third line naming i
 (the whole plan is in `--json`). Excluded offers are listed under the table, grouped by reason,
 with the changes that would alter the task (never applied) and what each saves.
 `--wide` adds the rank, the runtime band, the cost per unit, the bound and the price date, and
-keeps the excluded offers in the table. Formulas of a bill are footnotes.
+keeps the excluded offers in the table. Formulas of a bill are footnotes. A big catalog (a
+SkyPilot import holds thousands of offers) shows the `top` cheapest and every offer on the
+Pareto frontier, and at most a few ids per exclusion reason; `--json` carries every row.
 """
 
 from __future__ import annotations
@@ -23,25 +25,49 @@ from gpuscout.cost.pick import PickResult, PickRow
 from gpuscout.estimator.fit import Suggestion
 from gpuscout.hardware.currency import USD, DisplayCurrency, ExchangeRate
 from gpuscout.report.footnotes import Footnotes
-from gpuscout.report.layout import label_column, number_column, plain, prose_column
+from gpuscout.report.layout import label_column, number_column, plain, prose_column, some_ids
 from gpuscout.report.machine import machine_lines
 from gpuscout.report.numbers import duration, duration_band, gib, money, money_in, seconds, sig
 
 CAPTION = "★ = on the time–cost Pareto frontier; P95 from a seeded spot simulation"
 WIDE_CAPTION = CAPTION + "; runtime band from the efficiency factors"
 PLAN_CAPTION = "plan: changes that keep the task, applied so that it fits (each step: --json)"
+TOP = 25  # ranked offers shown by default; 0 shows all
 UNIT_LABELS = {"usd_per_epoch": "/epoch", "usd_per_1m_train_tokens": "/1M tok", "usd_per_1m_output_tokens": "/1M out",
                "usd_per_request": "/req", "usd_per_1000_images": "/1000 img"}
 
 
-def pick_screen(result: PickResult, notes: Sequence[str] = (), *, wide: bool = False) -> RenderableType:
+def pick_screen(result: PickResult, notes: Sequence[str] = (), *, wide: bool = False,
+                top: int = TOP) -> RenderableType:
     """The ranking, then how the offers were read (a SkyPilot import's counts)."""
-    return Group(pick_table(result, wide=wide), *[Text(n, style="dim") for n in notes])
+    return Group(pick_table(result, wide=wide, top=top), *[Text(n, style="dim") for n in notes])
 
 
-def pick_table(result: PickResult, *, wide: bool = False) -> RenderableType:
+def shown_rows(result: PickResult, *, wide: bool, top: int) -> tuple[tuple[PickRow, ...], int]:
+    """The rows of the table and how many ranked ones were left out: the `top` cheapest and every
+    offer on the Pareto frontier (`top` 0: all); `wide` adds the excluded ones, as many again."""
+    ranked = [r for r in result.rows if r.excluded is None]
+    keep = ranked if not top else [*ranked[:top], *_frontier_beyond(ranked[top:])]
+    excluded = [r for r in result.rows if r.excluded is not None] if wide else []
+    return (*keep, *(excluded if not top else excluded[:top])), len(ranked) - len(keep)
+
+
+def _frontier_beyond(rows: Sequence[PickRow]) -> list[PickRow]:
+    """Pareto rows past the top, one per (runtime, total) point: a catalog lists the same instance in
+    many regions and zones at one price, and those ties are all on the frontier."""
+    seen: set[tuple[float | None, float | None]] = set()
+    out = []
+    for row in rows:
+        point = (row.runtime_s, row.total_usd)
+        if row.pareto and point not in seen:
+            seen.add(point)
+            out.append(row)
+    return out
+
+
+def pick_table(result: PickResult, *, wide: bool = False, top: int = TOP) -> RenderableType:
     """Offers ranked by total job cost; the excluded ones, rates used and price warnings below."""
-    rows = result.rows if wide else tuple(r for r in result.rows if r.excluded is None)
+    rows, hidden = shown_rows(result, wide=wide, top=top)
     with_slo = wide or any(r.slo_met is not None for r in result.rows)
     table = Table()
     _add_columns(table, wide=wide, with_slo=with_slo)
@@ -55,6 +81,9 @@ def pick_table(result: PickResult, *, wide: bool = False) -> RenderableType:
         ", as written" if result.as_written else "")
     parts: list[RenderableType] = [Text(title, style="bold"), table, notes.flush(),
                                    Text(WIDE_CAPTION if wide else CAPTION, style="dim")]
+    if hidden:
+        parts.append(Text(f"… {hidden:,} more ranked offers not shown (--top 0 shows all; --json has every row)",
+                          style="dim"))
     if any(r.plan for r in rows):
         parts.append(Text(PLAN_CAPTION, style="dim"))
     if not wide:
@@ -154,7 +183,7 @@ def excluded_lines(rows: Sequence[PickRow]) -> list[RenderableType]:
             by_reason.setdefault(row.excluded, []).append(row)
     out: list[RenderableType] = []
     for reason, group in by_reason.items():
-        out.append(Text(f"excluded, {reason}: {', '.join(r.offer_id for r in group)}", style="red"))
+        out.append(Text(f"excluded, {reason}: {some_ids([r.offer_id for r in group])}", style="red"))
         if group[0].options:
             out.append(Text(f"  {options_text(group[0].options)}", style="dim"))
     return out

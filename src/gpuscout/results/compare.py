@@ -27,7 +27,7 @@ from gpuscout.results.fairness import (
     labels,
     unfair_error,
 )
-from gpuscout.results.ratios import CompareOptions, Ratio, ratio
+from gpuscout.results.ratios import CompareOptions, Ratio, noise, ratio
 from gpuscout.results.schema import BenchResult, Case, Failure, Frozen, Metric, PeakMemory
 
 # Case parameters that are sizes of the work: a case whose size differs from the job's is other work.
@@ -101,6 +101,9 @@ class Headline(Frozen):
     extrapolated: bool
     # advantage[i][j]: how many times better j is than i (same orientation as Ratio.advantage)
     advantage: tuple[tuple[Ratio, ...], ...]
+    # Per machine, why its figure is too noisy to decide on ("" when it is not): the verdict names the
+    # side by its label, which a pairwise ratio ("the baseline", "this side") cannot.
+    noise: tuple[str, ...] = ()
 
 
 class Comparison(Frozen):
@@ -283,4 +286,6 @@ def headline(results: Sequence[BenchResult], options: CompareOptions) -> Headlin
     bench = results[0].kind != "load"
     matrix = tuple(tuple(ratio(a, b, options=options, bench=bench, is_baseline=i == j) for j, b in enumerate(metrics))
                    for i, a in enumerate(metrics))
-    return Headline(case=case.name, metric=metric.name, extrapolated=metric.extrapolated, advantage=matrix)
+    noisy = tuple(noise(m, label, options, bench) for m, label in zip(metrics, labels(len(results)), strict=True))
+    return Headline(case=case.name, metric=metric.name, extrapolated=metric.extrapolated, advantage=matrix,
+                    noise=noisy)

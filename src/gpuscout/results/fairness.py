@@ -82,6 +82,9 @@ def diff_fields(rows: Sequence[dict[str, object]]) -> tuple[Difference, ...]:
 
 
 def show(value: object) -> str:
+    """A fixed variable's value in words; one not recorded reads '(not set)', not JSON's null."""
+    if value is None:
+        return "(not set)"
     return value if isinstance(value, str) else json.dumps(value)
 
 

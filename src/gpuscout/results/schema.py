@@ -32,6 +32,8 @@ Bytes = Annotated[int, Field(ge=0)]
 ResultKind = Literal["finetune", "inference", "image", "probe", "load"]
 FailureKind = Literal["oom", "crash", "unsupported", "timeout", "interrupted"]
 Scalar = str | int | float | bool | None
+# How the machine was rented: the tiers a price sheet knows (`hardware.offers.Tier`, kept equal by a test).
+BillingType = Literal["on-demand", "spot", "reserved"]
 
 
 class Frozen(BaseModel):

@@ -94,11 +94,11 @@ def _caution(comparison: Comparison) -> str:
 
 
 def _noisy_headline(comparison: Comparison) -> list[str]:
+    """Each side whose headline figure is too noisy, by its label ("job_s: B's runs disagree: …")."""
     hl = comparison.headline
     if hl is None:
         return []
-    found = [r for row in hl.advantage for r in row if r.finding == "noisy"]
-    return list(dict.fromkeys(f"{hl.metric}: {r.reason}" for r in found))
+    return [f"{hl.metric}: {line}" for line in hl.noise if line]
 
 
 def _tie_reasons(comparison: Comparison) -> tuple[str, ...]:
