@@ -108,11 +108,9 @@ class FinetuneJob(Spec):
 MAX_CO_SERVED = 16  # models beside the main one on the same GPUs; far past what fits on any GPU
 
 
-class CoServed(Spec):
-    """Another model served on the same GPUs, by its own engine process (vLLM runs one model per
-    process). The GPUs, tensor parallelism and engine are the job's; the rest is per model."""
+class ServedModel(Spec):
+    """One served model and the requests it answers: shared by the job's own model and each co-served one."""
 
-    name: Name | None = None  # its label in reports; default: the model reference
     model: ModelRef
     weights: WeightFormat = "bf16"
     int4_group_size: int = Field(128, gt=0, le=MAX_BATCH)
@@ -123,35 +121,32 @@ class CoServed(Spec):
     max_num_batched_tokens: int = Field(8192, gt=0, le=100_000_000)
     requests: int = Field(1000, gt=0, le=MAX_COUNT)
     allow_long_context: bool = False
+
+    @property
+    def context_tokens(self) -> int:
+        return self.prompt_tokens + self.output_tokens
+
+
+class CoServed(ServedModel):
+    """Another model served on the same GPUs, by its own engine process (vLLM runs one model per
+    process). The GPUs, tensor parallelism and engine are the job's; the rest is per model."""
+
+    name: Name | None = None  # its label in reports; default: the model reference
     # Accepted only to say clearly that they must match the job's (all models share the GPUs).
     tensor_parallel: int | None = Field(None, gt=0, le=64)
     engine: Engine | None = None
 
 
-class InferenceJob(Spec):
+class InferenceJob(ServedModel):
     kind: Literal["inference"]
     name: Name = "inference"
-    model: ModelRef
-    weights: WeightFormat = "bf16"
-    int4_group_size: int = Field(128, gt=0, le=MAX_BATCH)
-    kv_cache_dtype: KvDtype = "bf16"
-    prompt_tokens: int = Field(1024, gt=0, le=MAX_CONTEXT)
-    output_tokens: int = Field(256, gt=0, le=MAX_CONTEXT)
-    concurrency: int = Field(1, gt=0, le=MAX_CONCURRENCY)
     engine: Engine = "vllm"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    max_num_batched_tokens: int = Field(8192, gt=0, le=100_000_000)
     tensor_parallel: int = Field(1, gt=0, le=64)
-    requests: int = Field(1000, gt=0, le=MAX_COUNT)
     slo: Slo = Slo()
-    allow_long_context: bool = False
     # Models served beside `model` on the same GPUs (`[[co_served]]` tables). With them,
     # gpu_memory_utilization is the share of each GPU all engines together may take.
     co_served: tuple[CoServed, ...] = Field((), max_length=MAX_CO_SERVED)
-
-    @property
-    def context_tokens(self) -> int:
-        return self.prompt_tokens + self.output_tokens
 
     @model_validator(mode="after")
     def _co_served_share_the_gpus(self) -> InferenceJob:
