@@ -129,10 +129,9 @@ def test_nothing_fits_is_said_in_words() -> None:
 
 def test_a_gpu_the_job_does_not_fit_shows_no_job_time() -> None:
     """As written the job does not run there, so a time would mislead; the fix column says what would."""
-    from tests.report.screens import render, rows_by_header
-
     from gpuscout.report.estimate import screening_table
     from gpuscout.report.footnotes import Footnotes
+    from report.screens import render, rows_by_header
 
     plain_lora = FinetuneJob(kind="finetune", model="llama-3-8b", method="lora", micro_batch=4, seq_len=2048,
                              grad_accum=4)  # 91.6 GiB: an H200 holds it, an RTX 4090 does not
