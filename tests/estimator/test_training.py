@@ -60,11 +60,15 @@ def test_lora_trains_only_adapters() -> None:
 
 
 def test_qlora_stores_linears_in_nf4_and_keeps_the_rest_16_bit() -> None:
-    b = estimate_finetune_memory(job(method="qlora"), LLAMA, H100)
+    b = estimate_finetune_memory(job(method="qlora", upcast_unquantized=False), LLAMA, H100)
     by_name = {t.name: t.bytes for t in b.terms}
     linear = sum(g.count * g.params_each for g in LLAMA.linears)
     assert by_name["frozen base weights (NF4 linears)"] == linear * NF4_BYTES
     assert by_name["16-bit leftovers (embeddings, norms, lm_head)"] == (LLAMA.params_total - linear) * 2
+    # peft's prepare_model_for_kbit_training (the default recipe) makes the same leftovers fp32.
+    upcast = {t.name: t.bytes for t in estimate_finetune_memory(job(method="qlora"), LLAMA, H100).terms}
+    assert upcast["fp32 leftovers (embeddings, norms, lm_head)"] == (LLAMA.params_total - linear) * 4
+    assert upcast["16-bit copy of the fp32 lm_head"] == LLAMA.vocab_size * LLAMA.hidden_size * 2
     # The 0.127 bits/param of double-quantized constants from the QLoRA paper.
     assert abs(by_name["quantization constants"] * 8 / linear - 0.127) < 0.001
 
@@ -129,3 +133,18 @@ def test_every_term_names_its_formula(llama8b: ModelShape, rtx4090: Gpu) -> None
         b = estimate_finetune_memory(job(method=method, gpus=2, sharding="zero3"), llama8b, rtx4090)
         assert all(t.formula and t.bytes >= 0 for t in b.terms)
         assert b.peak_bytes >= sum(t.bytes for t in b.terms if t.category in ("weights", "gradients"))
+
+
+def test_the_freed_16_bit_logits_stay_reserved_through_the_loss_backward() -> None:
+    """2 B per logit, as overhead (reserved, not allocated), when the loss backward is the peak phase."""
+    long = job(method="qlora", seq_len=8192, gradient_checkpointing=True)
+    terms = {t.name: t for t in estimate_finetune_memory(long, LLAMA, H100).terms}
+    hole = terms["freed 16-bit logits (reserved)"]
+    assert hole.category == "overhead"
+    assert hole.bytes == 8192 * LLAMA.vocab_size * 2
+    chunked = {t.name: t for t in estimate_finetune_memory(long.model_copy(update={"chunked_cross_entropy": True}),
+                                                           LLAMA, H100).terms}
+    assert chunked.get("freed 16-bit logits (reserved)") is None or \
+        chunked["freed 16-bit logits (reserved)"].bytes <= 1024 * LLAMA.vocab_size * 2
+    fp32 = {t.name for t in estimate_finetune_memory(job(precision="fp32", seq_len=8192), LLAMA, H100).terms}
+    assert "freed 16-bit logits (reserved)" not in fp32

@@ -209,6 +209,10 @@ def _finetune_candidates(job: FinetuneJob) -> list[Candidate]:
     if job.optimizer == "adamw":
         c.append(Candidate("8-bit AdamW (bitsandbytes)", {"optimizer": "adamw_8bit"},
                            "small; near-identical convergence", True, EIGHT_BIT_ADAM))
+    if job.method == "qlora" and job.upcast_unquantized:
+        # peft's prepare_model_for_kbit_training makes embeddings and lm_head fp32 (docs/estimator.md §2.3).
+        c.append(Candidate("keep embeddings and lm_head 16-bit (skip peft's fp32 upcast, as unsloth does)",
+                           {"upcast_unquantized": False}, "none; the frozen 16-bit weights stay as loaded", True))
     if job.method == "full":
         c.append(Candidate("LoRA instead of full fine-tuning", {"method": "lora"},
                            "changes the task: trains adapters, not the weights", False))

@@ -45,6 +45,7 @@ NF4_CONSTANT_BYTES = (8 / 64 + 32 / (64 * 256)) / 8
 # 8-bit Adam: two 1-byte states plus one fp32 absmax per 2048-value block each
 # (Dettmers et al. 2021, arXiv 2110.02861 §2: block-wise quantization, B = 2048).
 ADAM8_BYTES = 2 * (1 + 4 / 2048)
+FP32_BYTES = 4
 # Chunked / fused cross-entropy keeps logits for one chunk of tokens at a time.
 CE_CHUNK_TOKENS = 1024
 
@@ -80,9 +81,11 @@ def estimate_finetune_memory(
     }
     if recompute:
         phases["layer recompute"] = total_bytes(saved) + total_bytes(recompute) + grads.bytes
-    phase = max(phases, key=lambda name: phases[name])
+    # The freed 16-bit logits block is reserved, not allocated: it decides the phase, not the reserve.
+    hole = logits_hole_term(job, shape, layout)
+    phase = max(phases, key=lambda name: phases[name] + (hole.bytes if name == "loss backward" else 0))
     allocated = total_bytes(resident) + phases[phase]
-    fixed = overhead_terms(layout, allocated)
+    fixed = overhead_terms(layout, allocated) + ([hole] if phase == "loss backward" and hole.bytes else [])
     return MemoryBreakdown(
         job_kind="finetune",
         gpu_sku=gpu.sku,
@@ -152,9 +155,17 @@ def _base_weight_terms(job: FinetuneJob, shape: ModelShape, div: int) -> list[Me
              f"{lin:,} linear params × 0.5 B (bitsandbytes NF4)"),
         term("quantization constants", "weights", lin * NF4_CONSTANT_BYTES / div,
              f"{lin:,} × 0.127 bits/8 (double-quantized absmax, QLoRA §3)"),
-        term("16-bit leftovers (embeddings, norms, lm_head)", "weights", rest * 2 / div,
-             f"{rest:,} non-linear params × 2 B (bnb keeps them 16-bit)"),
+        _leftover_term(job, rest, div),
     ]
+
+
+def _leftover_term(job: FinetuneJob, rest: int, div: int) -> MemoryTerm:
+    """Embeddings, norms and lm_head of a QLoRA model: 16-bit as loaded, fp32 after peft's upcast."""
+    if upcasts_unquantized(job):
+        return term("fp32 leftovers (embeddings, norms, lm_head)", "weights", rest * FP32_BYTES / div,
+                    f"{rest:,} non-linear params × 4 B (peft prepare_model_for_kbit_training upcasts them)")
+    return term("16-bit leftovers (embeddings, norms, lm_head)", "weights", rest * 2 / div,
+                f"{rest:,} non-linear params × 2 B (bnb keeps them 16-bit)")
 
 
 def trainable_param_bytes(job: FinetuneJob) -> int:
@@ -211,8 +222,10 @@ def saved_activation_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) 
     ab = ACT_BYTES[job.precision]
     tokens = job.micro_batch * job.seq_len
     if job.gradient_checkpointing:
-        terms = [term("checkpointed layer inputs", "activations", shape.num_layers * ab * shape.hidden_size * tokens,
-                      f"L·b·s·h·{ab} B = {shape.num_layers}×{tokens:,}×{shape.hidden_size}×{ab}")]
+        rb = residual_bytes(job)
+        terms = [term("checkpointed layer inputs", "activations", shape.num_layers * rb * shape.hidden_size * tokens,
+                      f"L·b·s·h·{rb} B = {shape.num_layers}×{tokens:,}×{shape.hidden_size}×{rb}"
+                      + (" (fp32 residual stream)" if rb > ab else ""))]
     else:
         per_token = _layer_bytes_per_token(job, shape, layout)
         terms = [term("layer activations", "activations", per_token * tokens * shape.num_layers,
@@ -223,7 +236,36 @@ def saved_activation_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) 
         div = layout.tp * _shard(layout, "weights")
         terms.append(term("16-bit weight copies (autocast cache)", "activations", copies * 2 / div,
                           f"{copies:,} matmul params × 2 B (autocast casts, kept for backward)"))
+    if upcasts_unquantized(job) and ab < FP32_BYTES:
+        head = shape.vocab_size * shape.hidden_size
+        terms.append(term("16-bit copy of the fp32 lm_head", "activations", head * 2 / layout.tp,
+                          f"V·h = {head:,} × 2 B (autocast casts the upcast head per step; matmul keeps it for backward)"))
     return terms
+
+
+def upcasts_unquantized(job: FinetuneJob) -> bool:
+    """QLoRA through peft's prepare_model_for_kbit_training: every parameter that is not 4-bit becomes fp32.
+
+    peft (utils/other.py, `prepare_model_for_kbit_training`) casts each fp16/bf16 parameter that is not a
+    bitsandbytes Params4bit to fp32: the embeddings, the norms and the lm_head. TRL's SFTTrainer, axolotl
+    and the QLoRA recipe call it; unsloth does not (docs/estimator.md §2.3).
+    """
+    return job.method == "qlora" and job.upcast_unquantized
+
+
+def residual_bytes(job: FinetuneJob) -> int:
+    """Bytes per hidden unit of the residual stream between decoder layers (what checkpointing saves).
+
+    fp32 whenever the embedding weights are fp32: the fp32 recipe, AMP full fine-tunes (fp32 parameters)
+    and upcast QLoRA. The embedding lookup is not autocast, and the residual adds keep fp32 from there.
+    FakeTensor traces of Llama-3-8B layers with checkpointing measure 4.0 B per hidden unit per layer in
+    those cases against 2.0 B for a 16-bit base (docs/estimator.md §2.4).
+    """
+    if job.precision == "fp32" or upcasts_unquantized(job):
+        return FP32_BYTES
+    if job.method == "full" and ACT_BYTES[job.precision] < PARAM_BYTES[job.precision]:
+        return FP32_BYTES
+    return ACT_BYTES[job.precision]
 
 
 def recompute_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
@@ -240,8 +282,8 @@ def _layer_bytes_per_token(job: FinetuneJob, shape: ModelShape, layout: Layout) 
     eager = job.attention == "eager"
     ab = ACT_BYTES[job.precision]
     per_token = act.layer_activation_bytes_per_token(shape, ab, job.seq_len, eager, layout.tp)
-    if job.method == "full" and ab < PARAM_BYTES[job.precision]:
-        per_token += act.amp_extra_bytes(shape)  # fp32 parameters under autocast
+    if residual_bytes(job) > ab:
+        per_token += act.amp_extra_bytes(shape)  # fp32 residual stream (fp32 embeddings) under autocast
     return per_token
 
 
@@ -259,6 +301,25 @@ def logits_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTe
                     f"{kept} tokens per chunk × V={shape.vocab_size:,} × 12 B")
     return term("logits and loss", "activations", per_token * tokens,
                 f"b·s·V·(4 B fp32 log-softmax kept + 8 B fp32 loss gradients), V={shape.vocab_size:,}")
+
+
+def logits_hole_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTerm:
+    """The 16-bit logits' block, freed before the loss backward and too small to reuse there.
+
+    The LM head writes 16-bit logits (2 B per element); the loss upcasts them and every tensor of
+    the loss backward is fp32 (4 B per element). Once the 16-bit block is freed, PyTorch's caching
+    allocator keeps it reserved, and no fp32 gradient of the loss fits in it, so at the peak it is
+    reserved memory nobody can use. Fitting the HF + FA2 column of unsloth's QLoRA context-length
+    table (Llama 3.1 8B, 12 to 80 GB cards, docs/estimator.md §2.5) gives 2.65 MB per token; the
+    traced allocation is 2.35 MB per token plus the 10% reserve: the 2 B per logit closes the gap.
+    """
+    if ACT_BYTES[job.precision] >= FP32_BYTES:  # fp32 logits: no 16-bit block to strand
+        return term("freed 16-bit logits (reserved)", "overhead", 0, "fp32 recipe: none")
+    tokens = job.micro_batch * job.seq_len
+    kept = min(tokens, CE_CHUNK_TOKENS) if job.chunked_cross_entropy else tokens
+    return term("freed 16-bit logits (reserved)", "overhead", kept * shape.vocab_size * 2 / layout.tp,
+                f"{kept:,} tokens × V={shape.vocab_size:,} × 2 B: freed before the fp32 loss backward, "
+                "too small for its tensors, still held by the caching allocator")
 
 
 def step_temporary_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:

@@ -93,6 +93,9 @@ class FinetuneJob(Spec):
     # DataLoader worker processes per GPU process; each holds host RAM (docs/estimator.md §2.13).
     dataloader_workers: int = Field(2, ge=0, le=1024)
     allow_long_context: bool = False  # train past the model's max_position_embeddings on purpose
+    # QLoRA only: peft's prepare_model_for_kbit_training (called by TRL, axolotl and the QLoRA recipe) casts
+    # every non-4-bit parameter to fp32 (docs/estimator.md §2.3). False for unsloth or a recipe that skips it.
+    upcast_unquantized: bool = True
 
     @model_validator(mode="after")
     def _consistent(self) -> FinetuneJob:
