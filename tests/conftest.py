@@ -9,6 +9,13 @@ from gpuscout.workload.presets import load_llm_preset
 from gpuscout.workload.shape import ModelShape
 
 
+@pytest.fixture(autouse=True)
+def _no_user_calibration(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """estimate and pick read ~/.config/gpuscout/calibration.toml when it exists: every test gets an
+    empty config folder of its own, so a developer's calibration never changes a test's numbers."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+
+
 @pytest.fixture(scope="session")
 def llama8b() -> ModelShape:
     return load_llm_preset("llama-3-8b")

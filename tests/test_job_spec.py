@@ -17,7 +17,7 @@ EXAMPLES = sorted(p for p in (Path(__file__).parent.parent / "examples").glob("*
 
 
 def test_there_is_an_example_of_every_kind() -> None:
-    assert {load_job(p).kind for p in EXAMPLES} == {"finetune", "inference", "image"}
+    assert {load_job(p).kind for p in EXAMPLES} == {"finetune", "inference", "image", "video"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

@@ -17,7 +17,7 @@ from datetime import date
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
 
 if TYPE_CHECKING:
     from gpuscout.cost.billing import CostOptions, JobCost
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from gpuscout.cost.measured import MeasuredCost
     from gpuscout.cost.pick import PickResult
     from gpuscout.estimator.breakdown import MemoryBreakdown
+    from gpuscout.estimator.calibration import Calibration, Observation
     from gpuscout.estimator.screen import Screening
     from gpuscout.hardware.catalog import Gpu
     from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate
@@ -44,14 +45,15 @@ if TYPE_CHECKING:
     from gpuscout.trace.llm import TraceResult
     from gpuscout.workload.image import ImageModelShape
     from gpuscout.workload.shape import ModelShape
+    from gpuscout.workload.video import VideoModelShape
 
-Job = FinetuneJob | InferenceJob | ImageJob
+Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
 JobRef = Job | str | Path | None
 
 __all__ = [
-    "BenchReport", "CompareReport", "CostReport", "EstimateReport", "Job", "LoadReport", "ModelReport",
-    "PickReport", "bench", "compare", "cost", "describe_model", "estimate", "gpus", "load", "load_job", "pick",
-    "probe",
+    "BenchReport", "CalibrateReport", "CompareReport", "CostReport", "EstimateReport", "Job", "LoadReport",
+    "ModelReport", "PickReport", "bench", "calibrate", "compare", "cost", "describe_model", "estimate", "gpus", "load",
+    "load_job", "pick", "probe",
 ]
 
 
@@ -63,14 +65,14 @@ def load_job(ref: JobRef = None) -> Job:
 
 
 def _job(ref: JobRef) -> tuple[Job, Path | None]:
-    if isinstance(ref, FinetuneJob | InferenceJob | ImageJob):
+    if isinstance(ref, FinetuneJob | InferenceJob | ImageJob | VideoJob):
         return ref, None
     from gpuscout.workload.jobs import load_job_ref
 
     return load_job_ref(ref)
 
 
-def _job_and_model(ref: JobRef) -> tuple[Job, ModelShape | ImageModelShape, Path | None]:
+def _job_and_model(ref: JobRef) -> tuple[Job, ModelShape | ImageModelShape | VideoModelShape, Path | None]:
     from gpuscout.workload.jobs import resolve_job_model
 
     job, base_dir = _job(ref)
@@ -95,24 +97,45 @@ class EstimateReport:
     trace_analytic: MemoryBreakdown | None = None  # the analytic estimate of exactly the traced job
     trace_scope: str | None = None  # what was traced ("2 layers, 1 GPU, no sharding, …")
     trace_skipped: str | None = None  # why no trace was made
+    calibration: Calibration | None = None  # the measured calibration the speeds used (docs/estimator.md §3.11)
+    calibration_path: Path | None = None
 
 
 def estimate(job: JobRef = None, *, gpus: Sequence[str] = (), trace: bool = False,
-             trace_layers: int | None = None) -> EstimateReport:
-    """Memory, fit, fixes, limits and speed of the job on each GPU (every catalog GPU by default)."""
+             trace_layers: int | None = None, calibration: Calibration | str | Path | None = None,
+             use_calibration: bool = True) -> EstimateReport:
+    """Memory, fit, fixes, limits and speed of the job on each GPU (every catalog GPU by default).
+
+    Speeds use `calibration` (a file or a `Calibration`), else the user's calibration file where one
+    exists; `use_calibration=False` keeps the default efficiency factors."""
+    from gpuscout.estimator.efficiency import calibrated
     from gpuscout.estimator.screen import screen
     from gpuscout.hardware.catalog import find_gpu, load_catalog
 
     the_job, model, base_dir = _job_and_model(job)
     chosen = [find_gpu(n) for n in gpus] if gpus else list(load_catalog())
-    screening = screen(the_job, model, chosen)
+    used, used_path = _calibration(calibration, use_calibration)
+    with calibrated(used):
+        screening = screen(the_job, model, chosen)
     if not trace:
-        return EstimateReport(job=the_job, screening=screening, detailed=bool(gpus))
-    return EstimateReport(job=the_job, screening=screening, detailed=bool(gpus),
-                          **_trace_beside(the_job, model, chosen[0], base_dir, trace_layers))
+        return EstimateReport(job=the_job, screening=screening, detailed=bool(gpus), calibration=used,
+                              calibration_path=used_path)
+    beside = _trace_beside(the_job, model, chosen[0], base_dir, trace_layers)
+    return EstimateReport(job=the_job, screening=screening, detailed=bool(gpus), calibration=used,
+                          calibration_path=used_path, **beside)
 
 
-def _trace_beside(job: Job, model: ModelShape | ImageModelShape, gpu: Gpu, base_dir: Path | None,
+def _calibration(given: Calibration | str | Path | None, use: bool) -> tuple[Calibration | None, Path | None]:
+    """The calibration to use and its file: the one given, else the user's file where it exists."""
+    from gpuscout.estimator.calibration import Calibration, active_calibration
+
+    if isinstance(given, Calibration):
+        return (given if use else None), None
+    active = active_calibration(Path(given) if given is not None else None, use=use)
+    return active.calibration, active.path
+
+
+def _trace_beside(job: Job, model: ModelShape | ImageModelShape | VideoModelShape, gpu: Gpu, base_dir: Path | None,
                   layers: int | None) -> dict[str, Any]:
     """Trace the job's real model and estimate exactly the traced job beside it.
 
@@ -125,8 +148,8 @@ def _trace_beside(job: Job, model: ModelShape | ImageModelShape, gpu: Gpu, base_
     from gpuscout.workload.resolve import llm_config
     from gpuscout.workload.shape import ModelShape
 
-    if isinstance(job, ImageJob) or not isinstance(model, ModelShape):
-        return {"trace_skipped": "trace mode covers language models only; image estimates are analytic"}
+    if isinstance(job, ImageJob | VideoJob) or not isinstance(model, ModelShape):
+        return {"trace_skipped": "trace mode covers language models only; image and video estimates are analytic"}
     config = llm_config(job.model, base_dir=base_dir)
     if layers is not None:
         config = config_with_depth(config, layers)
@@ -145,8 +168,10 @@ def _trace_beside(job: Job, model: ModelShape | ImageModelShape, gpu: Gpu, base_
 
 def _as_traced(job: FinetuneJob | InferenceJob) -> FinetuneJob | InferenceJob:
     if isinstance(job, FinetuneJob):
+        # One process on one device, in eager mode: no sharding or parameter offload, no compile.
         return job.model_copy(update={"gpus": 1, "sharding": "none", "tensor_parallel": 1, "grad_accum": 1,
-                                      "chunked_cross_entropy": False, "optimizer_offload": False})
+                                      "chunked_cross_entropy": False, "optimizer_offload": False,
+                                      "offload_params": False, "compile": False})
     # HF generate: prefill the prompt, then one decode step; of the main model alone when co-served.
     return job.model_copy(update={"tensor_parallel": 1, "engine": "hf", "output_tokens": 1, "co_served": ()})
 
@@ -161,7 +186,8 @@ def _run_trace(job: FinetuneJob | InferenceJob, model: ModelShape, config: dict[
             optimizer=job.optimizer, method=job.method, lora_rank=job.lora.rank, lora_alpha=job.lora.alpha,
             lora_target_modules=lora_target_names(model, job.lora) if job.method != "full" else (),
             gradient_checkpointing=job.gradient_checkpointing,
-            attention="eager" if job.attention == "eager" else "sdpa")
+            attention="eager" if job.attention == "eager" else "sdpa", checkpoint_policy=job.checkpoint_policy,
+            activation_offload=job.activation_offload, optimizer_in_bwd=job.optimizer_in_backward)
     weight = job.weights if job.weights in ("fp32", "bf16", "fp16") else "bf16"
     return trace_inference_step(config, batch=job.concurrency, prompt_tokens=job.prompt_tokens, weight_dtype=weight)
 
@@ -173,6 +199,8 @@ class PickReport:
     job: Job
     pick: PickResult
     offers_notes: tuple[str, ...] = ()
+    calibration: Calibration | None = None  # the measured calibration the runtimes used
+    calibration_path: Path | None = None
 
 
 def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | None = None,
@@ -181,17 +209,19 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
          today: date | None = None, as_written: bool = False, currency: str | None = None,
          budget: float | None = None, dataset_gb: float | None = None, dataset_region: str | None = None,
          dataset_url: str | None = None, dataset_egress_per_gb: float | None = None,
-         dataset_gbps: float | None = None) -> PickReport:
+         dataset_gbps: float | None = None, calibration: Calibration | str | Path | None = None,
+         use_calibration: bool = True) -> PickReport:
     """Rank the offers of a price sheet (the bundled example sheet by default) by total job cost.
 
     Where the job as written does not fit an offer, it is ranked under a plan of changes that keep
     the task (micro-batch, checkpointing, 8-bit optimizer …); `as_written=True` turns plans off.
     Every offer's host is checked too (RAM, vCPUs, disk); a dataset of `dataset_gb` GB living in
     `dataset_region` ('aws:us-east-1') or at `dataset_url` adds its transfer time and the source's
-    egress to each bill (docs/cost.md §2.14)."""
+    egress to each bill (docs/cost.md §2.14). Runtimes use `calibration` as `estimate` does."""
     from gpuscout.cost.billing import CostOptions
     from gpuscout.cost.pick import pick as rank_offers
     from gpuscout.cost.transfer import data_source
+    from gpuscout.estimator.efficiency import calibrated
     from gpuscout.hardware.currency import display_currency
     from gpuscout.hardware.price_sheet import default_price_sheet, load_offers
     from gpuscout.units import parse_duration_s
@@ -207,9 +237,12 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
                        egress_usd_per_gb=dataset_egress_per_gb, gbps=dataset_gbps)
     if data is not None:
         options = (options or CostOptions()).model_copy(update={"data": data})
-    result = rank_offers(the_job, model, sheet.offers, rates=rates, deadline_s=deadline_s, budget_usd=budget_usd,
-                         today=day, options=options, as_written=as_written, currency=shown)
-    return PickReport(job=the_job, pick=result, offers_notes=tuple(notes))
+    used, used_path = _calibration(calibration, use_calibration)
+    with calibrated(used):
+        result = rank_offers(the_job, model, sheet.offers, rates=rates, deadline_s=deadline_s,
+                             budget_usd=budget_usd, today=day, options=options, as_written=as_written, currency=shown)
+    return PickReport(job=the_job, pick=result, offers_notes=tuple(notes), calibration=used,
+                      calibration_path=used_path)
 
 
 def _budget_usd(budget: float | None, budget_usd: float | None, shown: DisplayCurrency) -> float | None:
@@ -463,6 +496,46 @@ def compare(results: Sequence[str | Path | BenchResult], *, offers: str | Path |
                          currency=shown)
 
 
+# ---------------------------------------------------------------- calibrate ------------------
+
+@dataclass(frozen=True)
+class CalibrateReport:
+    calibration: Calibration  # the merged file's content: every entry, every observation kept
+    added: tuple[Observation, ...]  # the observations these results gave
+    skipped: tuple[str, ...] = ()  # results and cases that could not be used, and why
+    output: Path | None = None
+
+
+def calibrate(results: Sequence[str | Path], *, output: str | Path | None = None,
+              write: bool = True) -> CalibrateReport:
+    """Fit efficiency factors per GPU and phase to bench results and merge them into the calibration
+    file (`output`, else the user's config folder), refitting over the old and new observations."""
+    from gpuscout.errors import SpecError
+    from gpuscout.estimator.calibration import (
+        default_calibration_path,
+        load_calibration,
+        merge_calibration,
+        read_observations,
+        save_calibration,
+    )
+
+    if not results:
+        raise SpecError("calibrate needs at least one result file.",
+                        "It fits the speed model to times measured on your GPU, which bench results hold.",
+                        "Pass bench results, e.g. gpuscout calibrate run1.json run2.json "
+                        "(write them with gpuscout bench JOB.toml -o run1.json on the GPU).")
+    path = Path(output) if output is not None else default_calibration_path()
+    if write:
+        _checked_output(path, "calibration file")
+    old = load_calibration(path) if path.is_file() else None
+    added, skipped = read_observations([Path(r) for r in results])
+    merged = merge_calibration(old, added)
+    if write:
+        save_calibration(merged, path)
+    return CalibrateReport(calibration=merged, added=tuple(added), skipped=tuple(skipped),
+                           output=path if write else None)
+
+
 # ---------------------------------------------------------------- load and probe -------------
 
 @dataclass(frozen=True)
@@ -540,7 +613,7 @@ def probe(url: str, *, repeats: int = 10, download_url: str | None = None, uploa
 
 @dataclass(frozen=True)
 class ModelReport:
-    shape: ModelShape | ImageModelShape
+    shape: ModelShape | ImageModelShape | VideoModelShape
     weight_bytes_by_format: dict[str, int] = field(default_factory=dict)  # language models, per format
     kv_bytes_per_token_by_dtype: dict[str, int] = field(default_factory=dict)
 
@@ -550,9 +623,10 @@ def describe_model(ref: str) -> ModelReport:
     from gpuscout.estimator.weights import kv_bytes_per_token_by_dtype, weight_bytes_by_format
     from gpuscout.workload.image import ImageModelShape
     from gpuscout.workload.resolve import resolve_any
+    from gpuscout.workload.video import VideoModelShape
 
     shape = resolve_any(ref)
-    if isinstance(shape, ImageModelShape):
+    if isinstance(shape, ImageModelShape | VideoModelShape):
         return ModelReport(shape=shape)
     return ModelReport(shape=shape, weight_bytes_by_format=weight_bytes_by_format(shape),
                        kv_bytes_per_token_by_dtype=kv_bytes_per_token_by_dtype(shape))

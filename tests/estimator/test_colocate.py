@@ -21,6 +21,7 @@ from gpuscout.estimator.breakdown import bytes_by_category
 from gpuscout.estimator.colocate import colocation
 from gpuscout.estimator.fit import largest_fitting
 from gpuscout.estimator.memory import estimate_memory
+from gpuscout.estimator.overhead import VLLM_PROFILE_FLOOR_BYTES
 from gpuscout.estimator.speed import estimate_speed
 from gpuscout.hardware.catalog import find_gpu, usable_memory_bytes
 from gpuscout.hardware.offers import Offer
@@ -60,10 +61,12 @@ def test_two_models_on_an_h100_add_up_term_by_term() -> None:
     weights = 2 * LLAMA_PARAMS + 2 * QWEN_PARAMS  # bf16
     # K and V × layers × KV heads × head size × 2 B: Llama 32 × 8 × 128, Qwen 28 × 4 × 128.
     kv = 8 * 2048 * (2 * 32 * 8 * 128 * 2) + 16 * 2048 * (2 * 28 * 4 * 128 * 2)
-    # 8,192 batched tokens × (residual 2+2 B + fp32 norm copy 4 B) · h + the larger transient:
-    # Llama MLP 2 · 3 · 14,336; Qwen MLP 2 · 3 · 18,944. Sampler: 256 seqs × V × 4 B × 2.
-    activations = (8192 * (8 * 4096 + 6 * 14336) + 256 * 128_256 * 8
-                   + 8192 * (8 * 3584 + 6 * 18944) + 256 * 152_064 * 8)
+    # vLLM's profiled peak per engine: the larger of the forward pass (8,192 batched tokens ×
+    # (residual 2+2 B; vLLM's fused RMSNorm makes no fp32 copy) · h + the larger transient: Llama
+    # MLP 2 · 3 · 14,336, Qwen MLP 2 · 3 · 18,944) and the sampler (1,024 seqs on an H100 × V ×
+    # 36 B), plus the floor.
+    activations = (max(8192 * (4 * 4096 + 6 * 14336), 1024 * 128_256 * 36) + VLLM_PROFILE_FLOOR_BYTES
+                   + max(8192 * (4 * 3584 + 6 * 18944), 1024 * 152_064 * 36) + VLLM_PROFILE_FLOOR_BYTES)
     overhead = 2 * 768 * MIB + 2 * 1 * GIB + math.ceil(usable_memory_bytes(H100) * (1 - 0.9))
     b = estimate_memory(job, model, H100)
     assert bytes_by_category(b) == {"weights": weights, "kv_cache": kv, "activations": activations,

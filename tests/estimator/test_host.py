@@ -85,7 +85,7 @@ def test_serving_stages_weights_per_replica_and_reserves_vllm_swap(llama8b: Mode
 
 def test_image_offload_keeps_the_pipeline_in_host_ram() -> None:
     sdxl = load_image_preset("sdxl")
-    job = ImageJob(kind="image", model="sdxl", cpu_offload=True, images=100)
+    job = ImageJob(kind="image", model="sdxl", offload="model", images=100)
     needs = estimate_host(job, sdxl, processes=2)
     pipeline = _terms(needs.disk)["model weights"]
     assert _terms(needs.ram)["pipeline weights"] == 2 * pipeline

@@ -28,7 +28,7 @@ def test_weights_are_every_component_at_the_job_dtype() -> None:
 
 def test_offload_keeps_only_the_largest_component() -> None:
     flux = load_image_preset("flux-dev")
-    b = estimate_image_memory(job(model="flux-dev", cpu_offload=True, dtype="bf16"), flux, H100)
+    b = estimate_image_memory(job(model="flux-dev", offload="model", dtype="bf16"), flux, H100)
     assert bytes_by_category(b)["weights"] == max(c.params for c in flux.components) * 2
 
 
@@ -65,3 +65,23 @@ def test_memory_never_shrinks_as_batch_or_resolution_grow(batch: int, side: int,
                                      shape, H100).peak_bytes
     assert peak(batch + 1, side) >= peak(batch, side)
     assert peak(batch, side + 8) >= peak(batch, side)
+
+
+def test_vae_slicing_decodes_one_image_of_the_batch_at_a_time() -> None:
+    sdxl = load_image_preset("sdxl")
+
+    def decode(**kw: object) -> int:
+        b = estimate_image_memory(job(**({"batch": 4} | kw)), sdxl, H100)
+        return next(t.bytes for t in b.terms if t.name == "VAE decode activations")
+
+    assert decode(vae_slicing=True) * 4 == decode()
+    assert decode(vae_slicing=True, batch=1) == decode(batch=1)  # nothing to slice
+
+
+def test_vae_slicing_is_offered_for_batches() -> None:
+    from gpuscout.estimator.fit import candidates
+
+    sdxl = load_image_preset("sdxl")
+    edits = [c.edits for c in candidates(job(batch=4), sdxl, H100)]
+    assert {"vae_slicing": True} in edits
+    assert {"vae_slicing": True} not in [c.edits for c in candidates(job(batch=1), sdxl, H100)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -85,3 +86,66 @@ def test_memory_never_shrinks_as_concurrency_or_context_grow(
     assert peak(concurrency=conc + 1) >= base
     assert peak(prompt_tokens=prompt + 1) >= base
     assert peak(output_tokens=out + 1) >= base
+
+
+# --- vLLM settings and short-prompt latency (docs/estimator.md §3.6) ---
+
+def _speed(gpu: str, tp: int = 1, **kw: object) -> dict[str, float]:
+    from gpuscout.estimator.speed_serve import estimate_inference_speed
+    j = job(requests=1, **kw)
+    return estimate_inference_speed(j, LLAMA, find_gpu(gpu), gpus=tp, efficiency=None).metrics
+
+
+def test_ttft_matches_a_measured_v1_server() -> None:
+    # vLLM 0.31, Llama-3.1-8B-Instruct, A100 80GB, one request: first chunk at 182 ms for a
+    # 2,065-token prompt (prefix-cache miss) and 42–47 ms when all but the last partial block hit.
+    def ttft(hit: float) -> float:
+        from gpuscout.estimator.speed_serve import estimate_inference_speed
+        j = InferenceJob.model_validate({"kind": "inference", "model": "llama-3.1-8b", "prompt_tokens": 2065,
+                                         "output_tokens": 64, "requests": 1, "prefix_hit_rate": hit})
+        shape = load_llm_preset("llama-3.1-8b")
+        return estimate_inference_speed(j, shape, find_gpu("a100"), gpus=1, efficiency=None).metrics["ttft_s"]
+    assert ttft(0.0) == pytest.approx(0.182, rel=0.20)
+    assert ttft(1 - 17 / 2065) == pytest.approx(0.045, rel=0.20)
+
+
+def test_prefix_hits_cut_prefill_not_memory() -> None:
+    cold = _speed("h100", prompt_tokens=4000, output_tokens=100)
+    warm = _speed("h100", prompt_tokens=4000, output_tokens=100, prefix_hit_rate=0.75)
+    assert warm["ttft_s"] < cold["ttft_s"]
+    mem = [bytes_by_category(estimate_inference_memory(job(prompt_tokens=4000, prefix_hit_rate=h), LLAMA, H100))
+           for h in (0.0, 0.75)]
+    assert mem[0] == mem[1]
+
+
+def test_decode_batch_is_capped_by_max_num_seqs() -> None:
+    capped = _speed("h100", concurrency=64, max_num_seqs=8, prompt_tokens=128, output_tokens=128)
+    free = _speed("h100", concurrency=8, prompt_tokens=128, output_tokens=128)
+    assert capped["decode_step_s"] == free["decode_step_s"]
+
+
+def test_enforce_eager_decode_matches_a_measured_slowdown() -> None:
+    # vllm-omni#7960: a Qwen2.5-7B-shaped LLM on A800s, ~13 ms per token with CUDA graphs and
+    # ~22-23 ms eager, one request.
+    from gpuscout.estimator.speed_serve import estimate_inference_speed
+
+    def tpot(eager: bool) -> float:
+        j = InferenceJob.model_validate({"kind": "inference", "model": "qwen2.5-7b", "prompt_tokens": 200,
+                                         "output_tokens": 256, "requests": 1, "enforce_eager": eager})
+        shape = load_llm_preset("qwen2.5-7b")
+        return estimate_inference_speed(j, shape, find_gpu("a800"), gpus=1, efficiency=None).metrics["tpot_s"]
+    assert tpot(False) == pytest.approx(0.013, rel=0.20)
+    assert tpot(True) == pytest.approx(0.0225, rel=0.20)
+
+
+def test_vllm_settings_are_offered_when_serving_does_not_fit() -> None:
+    from gpuscout.estimator.fit import suggest_changes
+    # Qwen3-8B at 64 × 8,192 tokens does not fit an H100 (its KV cache alone is 72 GiB); each vLLM
+    # setting is offered with what it gives back: the 1,024-row sampler profile, the graphs.
+    tight = InferenceJob.model_validate({"kind": "inference", "model": "qwen3-8b", "concurrency": 64,
+                                         "prompt_tokens": 7000, "output_tokens": 1192})
+    shape = load_llm_preset("qwen3-8b")
+    got = {s.change: s for s in suggest_changes(tight, shape, H100)}
+    seqs = got["max_num_seqs 1024 → 64"]
+    assert seqs.keeps_task and seqs.saves_bytes > 3 * 2**30
+    assert got["enforce_eager (no CUDA graphs)"].saves_bytes == 2**30

@@ -164,9 +164,9 @@ def test_flash_attention_is_noted_as_sdpa() -> None:
     assert "guidance off" in next(m.note for m in case.metrics if m.name == "denoiser_step_s")
 
 
-def test_cpu_offload_is_unsupported_not_a_crash() -> None:
-    with pytest.raises(UnsupportedHere, match="cpu_offload") as info:
-        run_image_case(tiny_job(cpu_offload=True), SETTINGS, "cpu", "offload")
+def test_offload_is_unsupported_not_a_crash() -> None:
+    with pytest.raises(UnsupportedHere, match="offload") as info:
+        run_image_case(tiny_job(offload="model"), SETTINGS, "cpu", "offload")
     assert classify_failure(info.value) == "unsupported"
 
 
@@ -186,3 +186,10 @@ def test_importing_the_slice_does_not_import_torch() -> None:
     code = "import sys, gpuscout.measure.image_bench, gpuscout.measure.probes; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_vae_slicing_runs_and_is_recorded() -> None:
+    case = run_image_case(tiny_job(batch=2, guidance=False, steps=1, vae_slicing=True),
+                          BenchSettings(warmup=0, repeats=1), "cpu", "sliced")
+    assert case.failure is None
+    assert case.params["vae_slicing"] is True

@@ -37,6 +37,10 @@ CurrencyOption = Annotated[str | None, typer.Option(
 FxOption = Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit, e.g. CNY=0.14.")]
 KeepStoppedOption = Annotated[float, typer.Option(
     help="Keep the machine stopped this many days after the job instead of releasing it (disks bill).")]
+CalibrationOption = Annotated[Path | None, typer.Option(
+    "--calibration", help="Calibration file (gpuscout calibrate); default: the one in your config folder, if any.")]
+NoCalibrationFlag = Annotated[bool, typer.Option(
+    "--no-calibration", help="Ignore any calibration: the default efficiency factors.")]
 JobArg = Annotated[str | None, typer.Argument(
     metavar="JOB", help="Job spec (TOML path) or a shipped example's name; without it, the built-in default job.")]
 
@@ -72,9 +76,11 @@ def model(
         from gpuscout.report.model import preset_table
         from gpuscout.workload.image import image_preset_ids
         from gpuscout.workload.presets import llm_presets
+        from gpuscout.workload.video import video_preset_ids
 
-        presets, images = llm_presets(), image_preset_ids()
-        _emit(lambda: {"llm": [p.id for p in presets], "image": list(images)}, lambda: preset_table(presets, images),
+        presets, images, videos = llm_presets(), image_preset_ids(), video_preset_ids()
+        _emit(lambda: {"llm": [p.id for p in presets], "image": list(images), "video": list(videos)},
+              lambda: preset_table(presets, images, videos),
               as_json)
         return
     from gpuscout import api
@@ -94,19 +100,25 @@ def estimate(
                                                   help="GPU to detail (repeatable); default: every GPU.")] = None,
     trace: Annotated[bool, typer.Option("--trace", help="Also trace the real model step (needs torch).")] = False,
     layers: Annotated[int | None, typer.Option("--layers", help="Trace only K layers (faster).")] = None,
+    calibration: CalibrationOption = None,
+    no_calibration: NoCalibrationFlag = False,
     wide: WideFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Memory per GPU: breakdown, fit and headroom, what to change, and the largest sizes that fit."""
     from gpuscout import api
+    from gpuscout.report.calibration import calibration_payload
     from gpuscout.report.estimate import estimate_screen
     from gpuscout.report.payload import estimate_payload
 
-    report = api.estimate(job, gpus=gpu or (), trace=trace, trace_layers=layers)
-    _emit(lambda: estimate_payload(report.job, report.screening, report.trace, report.trace_analytic),
+    _one_calibration_choice(calibration, no_calibration)
+    report = api.estimate(job, gpus=gpu or (), trace=trace, trace_layers=layers, calibration=calibration,
+                          use_calibration=not no_calibration)
+    _emit(lambda: estimate_payload(report.job, report.screening, report.trace, report.trace_analytic)
+          | calibration_payload(report.calibration, report.calibration_path),
           lambda: estimate_screen(report.screening, detailed=report.detailed, wide=wide, trace=report.trace,
                                   trace_analytic=report.trace_analytic, trace_scope=report.trace_scope,
-                                  trace_skipped=report.trace_skipped), as_json)
+                                  trace_skipped=report.trace_skipped, calibration=report.calibration), as_json)
 
 
 @app.command()
@@ -134,22 +146,37 @@ def pick(
     dataset_egress_per_gb: Annotated[float | None, typer.Option(help="Your egress price at the source, "
                                                                 "USD/GB (default: dated examples).")] = None,
     dataset_gbps: Annotated[float | None, typer.Option(help="Your transfer bandwidth, Gbit/s.")] = None,
+    calibration: CalibrationOption = None,
+    no_calibration: NoCalibrationFlag = False,
     wide: WideFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Rank offers by the total cost of the whole job: fit, runtime, bill, $/unit, SLO, Pareto frontier."""
     from gpuscout import api
     from gpuscout.cost.billing import cost_options
+    from gpuscout.report.calibration import calibration_payload
     from gpuscout.report.payload import pick_payload
     from gpuscout.report.pick import pick_screen
 
+    _one_calibration_choice(calibration, no_calibration)
     report = api.pick(job, offers=offers, cloud=cloud, deadline=deadline, budget=budget, currency=currency,
                       fx=fx or (), options=cost_options(egress_gb=egress_gb, failed_attempts=failed_attempts, seed=seed,
                                                         keep_stopped_days=keep_stopped_days),
                       as_written=as_written, dataset_gb=dataset_gb, dataset_region=dataset_region,
-                      dataset_url=dataset_url, dataset_egress_per_gb=dataset_egress_per_gb, dataset_gbps=dataset_gbps)
-    _emit(lambda: pick_payload(report.job, report.pick, report.offers_notes),
-          lambda: pick_screen(report.pick, report.offers_notes, wide=wide, top=top), as_json)
+                      dataset_url=dataset_url, dataset_egress_per_gb=dataset_egress_per_gb, dataset_gbps=dataset_gbps,
+                      calibration=calibration, use_calibration=not no_calibration)
+    _emit(lambda: pick_payload(report.job, report.pick, report.offers_notes)
+          | calibration_payload(report.calibration, report.calibration_path),
+          lambda: pick_screen(report.pick, report.offers_notes, wide=wide, top=top, calibration=report.calibration),
+          as_json)
+
+
+def _one_calibration_choice(calibration: Path | None, no_calibration: bool) -> None:
+    if calibration is not None and no_calibration:
+        from gpuscout.errors import SpecError
+
+        raise SpecError("--calibration and --no-calibration were both given.",
+                        "One says which calibration to use, the other to use none.", "Pass one of them.")
 
 
 @app.command()
@@ -290,6 +317,30 @@ def compare(
         sys.stdout.write(out if out.endswith("\n") else out + "\n")
     else:
         _console().print(out)
+
+
+@app.command()
+def calibrate(
+    results: Annotated[list[Path] | None, typer.Argument(metavar="RESULT.json...", help="Bench results measured "
+                                                         "on catalog GPUs.")] = None,
+    output: Annotated[Path | None, typer.Option("--output", "-o", "--calibration",
+                                                help="Calibration file to merge into and write; default: "
+                                                     "gpuscout/calibration.toml in your config folder.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Learn the speed model's efficiency factors from your own bench results, per GPU and phase.
+
+    Each result's job is re-estimated on its GPU; the measured phase times (training step, TTFT,
+    TPOT, denoiser step) over the estimated ones give a time multiplier and a band per GPU and
+    phase. The file is merged with what it already holds; estimate and pick then use it.
+    """
+    from gpuscout import api
+    from gpuscout.report.calibration import calibrate_payload, calibrate_screen
+
+    report = api.calibrate(results or [], output=output)
+    _emit(lambda: calibrate_payload(report.calibration, report.skipped, report.output),
+          lambda: calibrate_screen(report.calibration, added=len(report.added), skipped=report.skipped,
+                                   output=report.output), as_json)
 
 
 @app.command()

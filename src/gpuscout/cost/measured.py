@@ -9,6 +9,7 @@ job's size over the measured throughput:
     fine-tune   dataset_tokens × epochs / tokens_per_s / data-parallel ranks (gpus / tensor_parallel)
     inference   requests / requests_per_s                     (or requests × output_tokens / output_tokens_per_s)
     image       images / images_per_s
+    video       clips / clips_per_s
 
 The bench measures one device; a multi-GPU fine-tune is projected linearly over its data-parallel
 ranks. The time is then billed with the offer's rules (`billing.price_job`: startup, idle tail,
@@ -40,7 +41,7 @@ from gpuscout.results.runs import metric_runs
 from gpuscout.results.schema import BenchResult, Metric
 from gpuscout.results.verdict import CostPoint
 from gpuscout.stats import mean_ci
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, parse_job
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob, parse_job
 
 
 class _Frozen(BaseModel):
@@ -127,7 +128,7 @@ def _interval(metric: Metric) -> tuple[float | None, float | None]:
     return (low, high) if low > 0 else (None, None)
 
 
-def job_units(job: FinetuneJob | InferenceJob | ImageJob, metric: str) -> tuple[float, str, str]:
+def job_units(job: FinetuneJob | InferenceJob | ImageJob | VideoJob, metric: str) -> tuple[float, str, str]:
     """The whole job's size in the units of a throughput `metric`, the unit's name, and the formula."""
     match job, metric:
         case FinetuneJob(), "tokens_per_s":
@@ -144,6 +145,8 @@ def job_units(job: FinetuneJob | InferenceJob | ImageJob, metric: str) -> tuple[
                     f"requests {job.requests:,} × output_tokens {job.output_tokens}")
         case ImageJob(), "images_per_s":
             return job.images, "images", f"images {job.images:,}"
+        case VideoJob(), "clips_per_s":
+            return job.clips, "clips", f"clips {job.clips:,}"
     raise SpecError(f"A {job.kind} job cannot be sized in {metric}.",
                     "The result's throughput metric does not match its job kind.",
                     "Re-run `gpuscout bench` with the job spec; do not edit result files by hand.")
@@ -201,7 +204,9 @@ def _with_failures(options: CostOptions | None, failures: tuple[int, int]) -> Co
     return base.model_copy(update={"failed_attempts": base.failed_attempts + share / (1 - share)})
 
 
-def offer_warnings(result: BenchResult, job: FinetuneJob | InferenceJob | ImageJob, offer: Offer) -> tuple[str, ...]:
+def offer_warnings(
+    result: BenchResult, job: FinetuneJob | InferenceJob | ImageJob | VideoJob, offer: Offer
+) -> tuple[str, ...]:
     out = []
     if result_sku(result) is None:
         out.append(f"{result.name} ran without a recognised GPU; offer {offer.id} ({offer.gpu}) is priced at "

@@ -46,9 +46,10 @@ from gpuscout.hardware.currency import (
 )
 from gpuscout.hardware.offers import Offer, is_stale, price_warnings
 from gpuscout.workload.colocated import ColocatedShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
 
-THROUGHPUTS = frozenset({"output_tokens_per_s", "requests_per_s", "images_per_s", "tokens_per_s", "samples_per_s"})
+THROUGHPUTS = frozenset({"output_tokens_per_s", "requests_per_s", "images_per_s", "clips_per_s", "tokens_per_s",
+                         "samples_per_s"})
 RATES = THROUGHPUTS | {"mfu", "achieved_tflops"}  # a plan's unmodelled slowdown divides these, multiplies the rest
 SLO_METRICS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
 
@@ -58,7 +59,7 @@ class Placement(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    job: FinetuneJob | InferenceJob | ImageJob  # the job as laid out on the instance
+    job: FinetuneJob | InferenceJob | ImageJob | VideoJob  # the job as laid out on the instance
     gpus_needed: int  # fewest GPUs whose memory holds the job (one replica)
     group: int  # GPUs per replica (data-parallel group for training, TP group for serving)
     replicas: int  # independent copies working in parallel
@@ -230,7 +231,7 @@ def place(job: Job, model: Model, gpu: Gpu, count: int) -> Placement | None:
             return _place_finetune(job, model, gpu, count)
         case InferenceJob():
             return _place_inference(job, model, gpu, count)
-        case ImageJob():
+        case ImageJob() | VideoJob():
             fits = estimate_memory(job, model, gpu).fits
             return Placement(job=job, gpus_needed=1, group=1, replicas=count) if fits else None
     raise AssertionError(job)
@@ -273,7 +274,7 @@ def place_with_plan(job: Job, model: Model, gpu: Gpu, count: int) -> Placement |
             return _plan_finetune(job, model, gpu, count)
         case InferenceJob():
             return _plan_inference(job, model, gpu, count)
-        case ImageJob():
+        case ImageJob() | VideoJob():
             plan = plan_keeping_task(job, model, gpu, same_gpus=True)
             if not plan:
                 return None
@@ -323,7 +324,7 @@ def _options(job: Job, model: Model, gpu: Gpu, count: int) -> tuple[Suggestion, 
             widest: Job = _finetune_layouts(job, count)[-1]
         case InferenceJob():
             widest = job.model_copy(update={"tensor_parallel": _tensor_parallel_sizes(model, count)[-1]})
-        case ImageJob():
+        case ImageJob() | VideoJob():
             widest = job
     return task_changing_options(widest, model, gpu)
 
@@ -384,6 +385,8 @@ def unit_costs(job: Job, total_usd: float) -> dict[str, float]:
             return {"usd_per_1m_output_tokens": total_usd / tokens * 1e6, "usd_per_request": total_usd / requests}
         case ImageJob():
             return {"usd_per_1000_images": total_usd / job.images * 1000}
+        case VideoJob():
+            return {"usd_per_clip": total_usd / job.clips}
     raise AssertionError(job)
 
 

@@ -113,6 +113,28 @@ def layer_activation_bytes_per_token(
     return attention + extra_norms + masks + (dense_layers * dense + moe_layers * moe) / shape.num_layers
 
 
+def selective_saved_bytes(shape: ModelShape, act_bytes: int, tp: int) -> float:
+    """Per token per layer, what selective activation checkpointing saves beyond the layer's input.
+
+    PyTorch's SAC policy (torch.utils.checkpoint.create_selective_checkpoint_contexts; torchtitan's
+    op-level policy) saves the outputs of matmuls and the attention kernel and recomputes the pointwise
+    ops around them: the Q, K, V and output projections' outputs, the attention output and its fp32
+    log-sum-exp, and the MLP's gate and up (or fc) and down outputs, each visited expert's for MoE
+    (docs/estimator.md §2.14; FakeTensor traces agree within 1.2%).
+    """
+    q_dim = shape.num_attention_heads * shape.head_dim
+    kv_dim = shape.num_kv_heads * shape.head_dim
+    attention = (act_bytes * (q_dim + 2 * kv_dim + q_dim) + FP32 * shape.num_attention_heads) / tp \
+        + act_bytes * shape.hidden_size
+    up = 2 if shape.gated_mlp else 1
+    dense = act_bytes * (up * shape.intermediate_size / tp + shape.hidden_size)
+    moe_layers = moe_layer_count(shape)
+    moe = (shape.experts_per_token * act_bytes * (up * shape.moe_intermediate_size / tp + shape.hidden_size)
+           + FP32 * shape.num_experts) if moe_layers else 0.0
+    mlp = ((shape.num_layers - moe_layers) * dense + moe_layers * moe) / max(shape.num_layers, 1)
+    return attention + mlp
+
+
 def amp_extra_bytes(shape: ModelShape) -> float:
     """Extra bytes per token per layer when fp32 parameters run under autocast (full-FT AMP).
 

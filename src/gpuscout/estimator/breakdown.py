@@ -26,7 +26,7 @@ class MemoryBreakdown(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    job_kind: Literal["finetune", "inference", "image"]
+    job_kind: Literal["finetune", "inference", "image", "video"]
     gpu_sku: str
     gpus: int  # GPUs the job is spread over; terms are per GPU
     usable_bytes: int

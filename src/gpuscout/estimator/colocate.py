@@ -10,10 +10,11 @@ vLLM's `gpu_memory_utilization` is a per-instance share of the GPU's total memor
 (`vllm/config/cache.py`). Each worker takes its start-up snapshot after the CUDA context and NCCL
 exist, refuses to start when free memory is below utilization × total, and sizes its KV cache as
 utilization × total − (weights + profiled peak activations + non-torch growth)
-(`vllm/v1/worker/gpu_worker.py`); CUDA graphs are captured after that (unless
-VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1, off by default). So per engine i:
+(`vllm/v1/worker/gpu_worker.py`); CUDA graphs are captured after that (vLLM 0.21 and later
+take an estimate of them out of the budget first, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS; here
+they stay outside, counted on top: the safe side for fitting). So per engine i:
 
-    inside_i  = weights + prefill activations + logits/sampler + KV at its concurrency
+    inside_i  = weights + profiled activation peak (forward or sampler) + KV at its concurrency
                 (what its own gpu_memory_utilization must cover)
     outside_i = CUDA context + NCCL + CUDA graphs (its process, beyond its fraction)
 
@@ -94,7 +95,7 @@ def estimate_colocated_memory(job: InferenceJob, shape: ModelShape, gpu: Gpu) ->
     """Per-GPU peak of every co-served engine together: each model's terms, named by model, then
     the one reserve vLLM's shares leave unused."""
     usable = usable_memory_bytes(gpu)
-    engines = _engines(job, require_colocated(shape, job))
+    engines = _engines(job, require_colocated(shape, job), gpu)
     terms = [_named(e.label, t) for e in engines for t in (*e.inside, *e.outside)]
     terms.append(reserve_term(job.gpu_memory_utilization, usable))
     plan = _plan(job, engines, usable)
@@ -106,7 +107,7 @@ def estimate_colocated_memory(job: InferenceJob, shape: ModelShape, gpu: Gpu) ->
 
 def colocation(job: InferenceJob, shape: ModelShape, gpu: Gpu) -> Colocation:
     """The split of the GPU between the engines and each model's largest concurrency."""
-    return _plan(job, _engines(job, require_colocated(shape, job)), usable_memory_bytes(gpu))
+    return _plan(job, _engines(job, require_colocated(shape, job), gpu), usable_memory_bytes(gpu))
 
 
 def _plan(job: InferenceJob, engines: list[_Engine], usable: int) -> Colocation:
@@ -127,14 +128,14 @@ def _plan(job: InferenceJob, engines: list[_Engine], usable: int) -> Colocation:
                       models=models)
 
 
-def _engines(job: InferenceJob, shape: ColocatedShape) -> list[_Engine]:
+def _engines(job: InferenceJob, shape: ColocatedShape, gpu: Gpu) -> list[_Engine]:
     shapes = (shape, *shape.co_served)
-    return [_engine(name, j, s) for name, j, s in zip(labels(job), served_jobs(job), shapes, strict=True)]
+    return [_engine(name, j, s, gpu) for name, j, s in zip(labels(job), served_jobs(job), shapes, strict=True)]
 
 
-def _engine(name: str, job: InferenceJob, shape: ModelShape) -> _Engine:
+def _engine(name: str, job: InferenceJob, shape: ModelShape, gpu: Gpu) -> _Engine:
     """One model's terms, split into what its gpu_memory_utilization covers and what its process adds."""
-    inside = [*weight_terms(job, shape), kv_cache_term(job, shape), *working_set_terms(job, shape)]
+    inside = [*weight_terms(job, shape), kv_cache_term(job, shape), *working_set_terms(job, shape, gpu)]
     per_seq = kv_cache_term(job.model_copy(update={"concurrency": 1}), shape).bytes
     return _Engine(label=name, job=job, inside=tuple(inside), outside=tuple(process_terms(job, total_bytes(inside))),
                    kv_per_seq=per_seq)

@@ -1,7 +1,7 @@
 """Efficiency factors: what fraction of each datasheet peak real software reaches.
 
 A roofline with peak figures is only a lower bound on time (docs/gpus.md §2). The factors
-live in `efficiency.toml`, one default row per phase kind (training, prefill, decode, image) with its
+live in `efficiency.toml`, one default row per phase kind (training, prefill, decode, image, video) with its
 citation, plus override rows per GPU architecture or SKU. A measured benchmark should replace them.
 """
 
@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import functools
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from importlib import resources
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gpuscout.errors import SpecError
 from gpuscout.hardware.catalog import Gpu
 
-EfficiencyKind = Literal["training", "prefill", "decode", "image"]
-EFFICIENCY_KINDS: tuple[EfficiencyKind, ...] = ("training", "prefill", "decode", "image")
+EfficiencyKind = Literal["training", "prefill", "decode", "image", "video"]
+# "video" holds the diffusion-transformer (DiT) factors: video DiTs, and FLUX's DiT denoiser in image jobs.
+EFFICIENCY_KINDS: tuple[EfficiencyKind, ...] = ("training", "prefill", "decode", "image", "video")
 
 
 class Efficiency(BaseModel):
@@ -42,8 +45,30 @@ class Efficiency(BaseModel):
         return self
 
 
+class EfficiencySource(Protocol):
+    """What replaces the defaults per GPU and phase: a measured calibration (estimator/calibration.py)."""
+
+    def efficiency_for(self, gpu: Gpu, phase: str, default: Efficiency) -> Efficiency: ...
+
+
+# The calibration in force (docs/estimator.md §3.11). Every speed model asks `default_efficiency` for its
+# factors, so setting one here calibrates them all, per GPU and phase, without a parameter in each.
+_CALIBRATION: ContextVar[EfficiencySource | None] = ContextVar("gpuscout_calibration", default=None)
+
+
+@contextmanager
+def calibrated(source: EfficiencySource | None) -> Iterator[None]:
+    """Within the block `default_efficiency` returns `source`'s factors (None: the plain defaults)."""
+    token = _CALIBRATION.set(source)
+    try:
+        yield
+    finally:
+        _CALIBRATION.reset(token)
+
+
 def default_efficiency(gpu: Gpu, kind: str) -> Efficiency:
-    """The default factors for `kind` (training, prefill, decode, image) on `gpu`, with sources."""
+    """The default factors for `kind` (training, prefill, decode, image, video) on `gpu`, with sources;
+    inside `calibrated(...)`, the calibrated ones where the calibration has this GPU and kind."""
     if kind not in EFFICIENCY_KINDS:
         raise SpecError(
             f"Unknown efficiency kind {kind!r}.",
@@ -58,7 +83,9 @@ def default_efficiency(gpu: Gpu, kind: str) -> Efficiency:
         fields = {k: v for k, v in override.items() if k not in ("sku", "architecture", "kinds", "source")}
         row.update(fields)
         sources.append(str(override["source"]))
-    return Efficiency(**row, source=" | ".join(sources))
+    default = Efficiency(**row, source=" | ".join(sources))
+    active = _CALIBRATION.get()
+    return default if active is None else active.efficiency_for(gpu, kind, default)
 
 
 def _matching_overrides(overrides: list[Mapping[str, Any]], gpu: Gpu, kind: str) -> list[Mapping[str, Any]]:

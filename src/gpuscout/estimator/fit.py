@@ -19,7 +19,7 @@ from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.memory import Job, Model, estimate_memory
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.colocated import ColocatedShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
 
 GPU_COUNTS = (2, 4, 8, 16, 32, 64)
 
@@ -64,9 +64,19 @@ class Candidate(NamedTuple):
 SMALLER_MICRO_BATCH = (1.0, 1.15)  # smaller GEMMs reach a lower fraction of peak
 CHUNKED_LOSS = (1.0, 1.05)  # the LM head and loss run in chunks
 EIGHT_BIT_ADAM = (1.0, 1.05)  # block-wise (de)quantization of the states in the optimizer step
+VLLM_SMALLER_CHUNKS = (1.0, 1.05)  # vLLM: prefill split into 2,048-token chunks
+VLLM_EAGER = (1.0, 1.3)  # vLLM enforce_eager: launches are in the speed model (§3.6); 4.3× seen at 3B on H200
 CPU_ADAM = (1.5, 3.0)  # the Adam update itself runs on the host CPU (only the PCIe traffic is modelled)
 FP8_KV = (1.0, 1.1)  # KV (de)quantization in attention kernels
 VAE_TILES = (1.0, 1.05)  # overlapping tiles are decoded twice at their seams
+# Sequential offload: accelerate's per-module hooks and pageable host copies, beyond the PCIe
+# volume the speed model counts (docs/video.md §4). ASSUMPTION.
+SEQUENTIAL_OFFLOAD = (1.0, 2.0)
+# Training settings (docs/estimator.md §2.14). The speed model counts their FLOPs and PCIe traffic; these
+# widen the band for what it does not see: pointwise recompute (selective checkpointing) and copies the
+# side stream fails to hide (activation offload). ASSUMPTIONS, sized in §2.14.
+SELECTIVE_RECOMPUTE = (1.0, 1.1)
+ACTIVATION_OFFLOAD = (1.0, 1.25)
 
 
 def suggest_changes(job: Job, model: Model, gpu: Gpu) -> tuple[Suggestion, ...]:
@@ -187,11 +197,17 @@ def candidates(job: Job, model: Model, gpu: Gpu, *, more_gpus: bool = True) -> l
             return _inference_candidates(job) + (_more_gpus(job, model, gpu) if more_gpus else [])
         case ImageJob():
             return _image_candidates(job)
+        case VideoJob():
+            return _video_candidates(job)
     raise AssertionError(job)
 
 
 def _finetune_candidates(job: FinetuneJob) -> list[Candidate]:
     c: list[Candidate] = []
+    if not job.optimizer_in_backward and job.micro_batch == 1 and job.grad_accum == 1:
+        # Offered only where no plan step can raise grad_accum (the micro-batch step needs micro_batch > 1).
+        c.append(Candidate("optimizer step in the backward", {"optimizer_in_backward": True},
+                           "none: same updates; each gradient freed at once", True))
     if job.micro_batch > 1:
         c.append(Candidate(f"micro_batch {job.micro_batch} → 1 with grad_accum {job.grad_accum} → "
                            f"{job.grad_accum * job.micro_batch} (same global batch)",
@@ -203,12 +219,19 @@ def _finetune_candidates(job: FinetuneJob) -> list[Candidate]:
     if job.attention == "eager":
         c.append(Candidate("flash/SDPA attention instead of eager", {"attention": "sdpa"}, "none (usually faster)",
                            True))
+    c += _settings_candidates(job)
     if not job.gradient_checkpointing:
         c.append(Candidate("gradient checkpointing", {"gradient_checkpointing": True},
                            "about +33% step time (one extra forward)", True))
     if job.optimizer == "adamw":
         c.append(Candidate("8-bit AdamW (bitsandbytes)", {"optimizer": "adamw_8bit"},
                            "small; near-identical convergence", True, EIGHT_BIT_ADAM))
+    if job.optimizer in ("adamw", "adamw_8bit"):
+        c.append(Candidate("paged 8-bit AdamW (bitsandbytes)", {"optimizer": "paged_adamw_8bit"},
+                           "small; states paged over PCIe when they do not fit", True, EIGHT_BIT_ADAM))
+    if not job.activation_offload:
+        c.append(Candidate("offload activations to CPU", {"activation_offload": True},
+                           "PCIe copies, mostly hidden; up to +25%", True, ACTIVATION_OFFLOAD))
     if job.method == "qlora" and job.upcast_unquantized:
         # peft's prepare_model_for_kbit_training makes embeddings and lm_head fp32 (docs/estimator.md §2.3).
         c.append(Candidate("keep embeddings and lm_head 16-bit (skip peft's fp32 upcast, as unsloth does)",
@@ -226,6 +249,15 @@ def _finetune_candidates(job: FinetuneJob) -> list[Candidate]:
         c.append(Candidate("offload optimizer states to CPU", {"optimizer_offload": True},
                            "large: optimizer step on the CPU, states over PCIe; often 1.5–3× slower", True, CPU_ADAM))
     return c
+
+
+def _settings_candidates(job: FinetuneJob) -> list[Candidate]:
+    """Selective checkpointing: cheaper than full (no matmul recompute), saves less."""
+    if job.gradient_checkpointing:
+        return []
+    return [Candidate("selective activation checkpointing", {"gradient_checkpointing": True,
+                                                              "checkpoint_policy": "selective"},
+                      "small: pointwise ops recomputed", True, SELECTIVE_RECOMPUTE)]
 
 
 def _inference_candidates(job: InferenceJob) -> list[Candidate]:
@@ -246,6 +278,26 @@ def _inference_candidates(job: InferenceJob) -> list[Candidate]:
     if job.engine == "vllm" and job.gpu_memory_utilization < 0.95:
         c.append(Candidate("gpu_memory_utilization → 0.95", {"gpu_memory_utilization": 0.95},
                            "none; less safety margin", True))
+    return c + _vllm_setting_candidates(job)
+
+
+def _vllm_setting_candidates(job: InferenceJob) -> list[Candidate]:
+    """vLLM settings that shrink what it profiles or captures (docs/estimator.md §2.8)."""
+    if job.engine != "vllm":
+        return []
+    c: list[Candidate] = []
+    # Unset max_num_seqs is up to 1024 (vLLM V1 on large GPUs); the sampler is profiled at that many rows.
+    seqs = job.max_num_seqs or 1024
+    if seqs > job.concurrency:
+        c.append(Candidate(f"max_num_seqs {seqs} → {job.concurrency}", {"max_num_seqs": job.concurrency},
+                           "none: the job never runs more sequences at once", True))
+    if job.max_num_batched_tokens > 2048:
+        c.append(Candidate(f"max_num_batched_tokens {job.max_num_batched_tokens} → 2048",
+                           {"max_num_batched_tokens": 2048}, "small: long prompts prefill in more chunks", True,
+                           VLLM_SMALLER_CHUNKS))
+    if not job.enforce_eager:
+        c.append(Candidate("enforce_eager (no CUDA graphs)", {"enforce_eager": True},
+                           "decode slower: kernels launched one by one", True, VLLM_EAGER))
     return c
 
 
@@ -257,19 +309,56 @@ def _image_candidates(job: ImageJob) -> list[Candidate]:
     c: list[Candidate] = []
     if job.batch > 1:
         c.append(Candidate(f"batch {job.batch} → 1", {"batch": 1}, "lower images/s (same images)", True))
+    if job.batch > 1 and not job.vae_slicing and not job.vae_tiling:
+        c.append(Candidate("VAE slicing (decode one image at a time)", {"vae_slicing": True}, "none to small", True))
     if not job.vae_tiling:
         c.append(Candidate("VAE tiling", {"vae_tiling": True}, "small; decode a few % slower", True, VAE_TILES))
     if job.attention == "eager":
         c.append(Candidate("SDPA attention instead of eager", {"attention": "sdpa"}, "none (usually faster)", True))
     if job.dtype == "fp32":
         c.append(Candidate("fp16 weights", {"dtype": "fp16"}, "about 2× faster; negligible quality change", True))
-    if not job.cpu_offload:
-        c.append(Candidate("model CPU offload (one component on the GPU at a time)", {"cpu_offload": True},
-                           "seconds per image: components move over PCIe", True))
+    c += _offload_candidates(job.offload, "image")
     if max(job.width, job.height) > 512:
         c.append(Candidate(f"{job.width}×{job.height} → {job.width // 2}×{job.height // 2}",
                            {"width": job.width // 2, "height": job.height // 2}, "changes the task: smaller images",
                            False))
+    return c
+
+
+def _offload_candidates(current: str, unit: str) -> list[Candidate]:
+    """Model, then sequential CPU offload (diffusers): both keep the task, each slower than the last."""
+    c: list[Candidate] = []
+    if current == "none":
+        c.append(Candidate("model CPU offload (one component on the GPU at a time)", {"offload": "model"},
+                           f"seconds per {unit}: components move over PCIe", True))
+    if current != "sequential":
+        c.append(Candidate("sequential CPU offload (one module on the GPU at a time)", {"offload": "sequential"},
+                           f"much slower: every weight crosses PCIe on every step, per {unit}", True,
+                           SEQUENTIAL_OFFLOAD))
+    return c
+
+
+def _video_candidates(job: VideoJob) -> list[Candidate]:
+    """Task-keeping changes first (batch, tiling, attention, dtype, offload), then task-changing ones."""
+    c: list[Candidate] = []
+    if job.batch > 1:
+        c.append(Candidate(f"batch {job.batch} → 1", {"batch": 1}, "lower clips/s (same clips)", True))
+    if not job.vae_tiling:
+        c.append(Candidate("VAE tiling", {"vae_tiling": True}, "VAE decode slower (256 px tiles overlap)", True,
+                           VAE_TILES))
+    if job.attention == "eager":
+        c.append(Candidate("SDPA attention instead of eager", {"attention": "sdpa"}, "none (usually faster)", True))
+    if job.dtype == "fp32":
+        c.append(Candidate("bf16 weights", {"dtype": "bf16"}, "about 2× faster; negligible quality change", True))
+    c += _offload_candidates(job.offload, "clip")
+    fewer = (job.frames - 1) // 8 * 4 + 1  # about half, kept on the 4k + 1 grid of the causal VAE
+    if fewer < job.frames:
+        c.append(Candidate(f"{job.frames} → {fewer} frames", {"frames": fewer}, "changes the task: a shorter clip",
+                           False))
+    if max(job.width, job.height) > 256:
+        w, h = max(16, job.width // 32 * 16), max(16, job.height // 32 * 16)  # half, multiples of 16
+        c.append(Candidate(f"{job.width}×{job.height} → {w}×{h}", {"width": w, "height": h},
+                           "changes the task: a smaller video", False))
     return c
 
 
@@ -321,6 +410,8 @@ def largest_fitting(job: Job, model: Model, gpu: Gpu, field: str, upper: int) ->
 def _with_field(job: Job, field: str, value: int) -> Job:
     if field == "context_tokens" and isinstance(job, InferenceJob):
         return job.model_copy(update={"prompt_tokens": max(value - job.output_tokens, 1)})
+    if field == "frames" and isinstance(job, VideoJob):
+        return job.model_copy(update={"frames": (value - 1) // 4 * 4 + 1})  # the causal VAE's 4k + 1 grid
     if field == "side_px" and isinstance(job, ImageJob):
         side = max(8, value // 8 * 8)  # the VAE needs multiples of 8
         return job.model_copy(update={"width": side, "height": side})
@@ -332,6 +423,8 @@ def limits(job: Job, model: Model, gpu: Gpu) -> Limits:
     values = {name: largest_fitting(job, model, gpu, name, upper) for name, upper in _limit_fields(job, model)}
     if "side_px" in values:
         values["side_px"] = values["side_px"] // 8 * 8
+    if "frames" in values and isinstance(job, VideoJob) and values["frames"]:
+        values["frames"] = (values["frames"] - 1) // 4 * 4 + 1
     return Limits(values=values)
 
 
@@ -347,6 +440,9 @@ def _limit_fields(job: Job, model: Model) -> Iterator[tuple[str, int]]:
         case ImageJob():
             yield "batch", 1024
             yield "side_px", getattr(model, "max_resolution_px", 4096)
+        case VideoJob():
+            yield "batch", 1024
+            yield "frames", getattr(model, "max_frames", 1025)
 
 
 def fit_over_gpu_counts(job: Job, model: Model, gpu: Gpu,

@@ -8,6 +8,8 @@ Each term below carries its formula, like the GPU memory breakdown:
              + DataLoader workers × per-worker RAM        (fine-tuning)
              + checkpoint load copies × model bytes       (each process that materialises the model)
              + offloaded optimizer states × 1.5           (ZeRO-Offload: fp32 master, grads, Adam m, v)
+             + offloaded parameters, gradients, states × 1.5 (FSDP / ZeRO-3 parameter offload)
+             + offloaded activations × GPU processes      (activation offloading, pinned)
              + vLLM swap space × GPUs                     (serving)
     disk       software environment + model download + checkpoints kept + final output
              + dataset + outputs (generations, images)
@@ -26,15 +28,24 @@ from gpuscout.estimator.breakdown import total_bytes
 from gpuscout.estimator.image import weight_terms as image_weight_terms
 from gpuscout.estimator.inference import weight_terms as inference_weight_terms
 from gpuscout.estimator.memory import kind_mismatch
-from gpuscout.estimator.training import PARAM_BYTES, optimizer_state_bytes, trainable_param_bytes, trainable_params
+from gpuscout.estimator.training import (
+    PARAM_BYTES,
+    Layout,
+    optimizer_state_bytes,
+    saved_activation_terms,
+    trainable_param_bytes,
+    trainable_params,
+)
+from gpuscout.estimator.video import component_bytes as video_component_bytes
 from gpuscout.workload.colocated import ColocatedShape, served_jobs
 from gpuscout.workload.image import ImageModelShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
 from gpuscout.workload.jobtime import checkpoint_saves
 from gpuscout.workload.shape import ModelShape
+from gpuscout.workload.video import VideoModelShape
 
-Job = FinetuneJob | InferenceJob | ImageJob
-Model = ModelShape | ImageModelShape
+Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
+Model = ModelShape | ImageModelShape | VideoModelShape
 
 GIB = 2**30
 GB = 10**9
@@ -66,6 +77,10 @@ TEXT_BYTES_PER_TOKEN = 4
 TOKEN_CACHE_BYTES_PER_TOKEN = 16
 # A generated image saved as 8-bit RGB without compression; PNG is smaller, so this is the bound.
 IMAGE_BYTES_PER_PIXEL = 3
+FP32_BYTES = 4
+# Host copies per device byte under activation offloading: each save is copied separately (measured
+# 1.13–1.86 with FakeTensor traces of the offload hooks, docs/estimator.md §2.14).
+OFFLOAD_HOST_COPIES = 2
 
 
 class HostTerm(BaseModel):
@@ -123,7 +138,7 @@ def default_processes(job: Job) -> int:
             return job.gpus
         case InferenceJob():
             return job.tensor_parallel
-        case ImageJob():
+        case ImageJob() | VideoJob():
             return 1
     raise AssertionError(job)
 
@@ -143,6 +158,8 @@ def estimate_host(job: Job, model: Model, *, processes: int | None = None,
             return _inference(job, model, procs, dataset_bytes)
         case ImageJob(), ImageModelShape():
             return _image(job, model, procs, dataset_bytes)
+        case VideoJob(), VideoModelShape():
+            return _video(job, model, procs, dataset_bytes)
     raise kind_mismatch(job, model)
 
 
@@ -172,8 +189,12 @@ def _finetune(job: FinetuneJob, model: ModelShape, procs: int, dataset_bytes: fl
                 f"{procs} processes × {workers} workers × {WORKER_BYTES / GIB:g} GiB (ASSUMPTION, band "
                 "0.5–4 GiB; each worker is a forked copy, pytorch/pytorch#19355)"),
            _load_copies(job, model, procs)]
-    if job.optimizer_offload:
+    if job.offload_params:
+        ram = [*ram[:2], *_param_offload_terms(job, model, ram[2])]
+    elif job.optimizer_offload:
         ram = [*ram[:2], *_offload_terms(job, model, ram[2])]
+    if job.activation_offload:
+        ram.append(_activation_offload_term(job, model, procs))
     tokens = job.dataset_tokens
     disk = [_environment(), _download(model, model.params_total * 2, "16-bit, as published"),
             *_checkpoint_terms(job, model), _final_output(job, model),
@@ -211,6 +232,43 @@ def _offload_terms(job: FinetuneJob, model: ModelShape, load: HostTerm) -> list[
                  f"{n:,} trainable × (4 B fp32 master + 4 B fp32 gradient) + {formula}"),
             _ram("pinned buffers and slack", held * (OFFLOAD_BUFFER_FACTOR - 1),
                  f"{OFFLOAD_BUFFER_FACTOR - 1:g} × offloaded states (DeepSpeed's additional_buffer_factor 1.5)")]
+
+
+def _param_offload_terms(job: FinetuneJob, model: ModelShape, load: HostTerm) -> list[HostTerm]:
+    """FSDP CPUOffload(offload_params=True) keeps every parameter shard, its gradient and the optimizer
+    states in host RAM (the step runs on the CPU); all ranks' shards together are the whole model. Pinned
+    transfer buffers and slack as for ZeRO-Offload (DeepSpeed's estimate_zero3_model_states_mem_needs counts
+    offloaded params the same way, × the same 1.5 additional_buffer_factor)."""
+    p, n = model.params_total, trainable_params(job, model)
+    pb = PARAM_BYTES[job.precision] if job.method == "full" else (4 if job.precision == "fp32" else 2)
+    gb = FP32_BYTES
+    cpu_job = job.model_copy(update={"precision": "fp32"})  # the CPU step keeps fp32 states
+    states, formula = optimizer_state_bytes(cpu_job, model, n)
+    held = p * pb + n * gb + states
+    return [_ram("checkpoint load copies", max(load.bytes - held, 0),
+                 f"max(0, {load.bytes:,} B of load copies − the offloaded model): freed as the shards are built"),
+            _ram("offloaded parameters, gradients and optimizer states", held,
+                 f"{p:,} params × {pb} B + {n:,} trainable × {gb} B gradients + {formula}"),
+            _ram("pinned buffers and slack", held * (OFFLOAD_BUFFER_FACTOR - 1),
+                 f"{OFFLOAD_BUFFER_FACTOR - 1:g} × offloaded states (DeepSpeed's additional_buffer_factor 1.5)")]
+
+
+def _activation_offload_term(job: FinetuneJob, model: ModelShape, procs: int) -> HostTerm:
+    """Activation offloading copies every saved activation of a micro-batch to pinned host RAM (the layer
+    still in flight on the GPU too: its host copy exists as well), except the LM head's, which stays.
+
+    Each save is copied on its own: a tensor that several ops save (the normed input of q, k and v
+    projections, LoRA's A and the base weight) lands in host RAM once per save. FakeTensor traces of the
+    offload hooks measure 1.13–1.86 × the device's saved bytes (tests/trace/test_settings_trace.py);
+    `OFFLOAD_HOST_COPIES` = 2 covers that range.
+    """
+    layout = Layout(gpus=job.gpus, tp=job.tensor_parallel, sharding=job.sharding)
+    kept = job.model_copy(update={"activation_offload": False})
+    saved = sum(t.bytes for t in saved_activation_terms(kept, model, layout) if "lm_head" not in t.name)
+    moved = saved * OFFLOAD_HOST_COPIES
+    return _ram("offloaded activations (pinned)", procs * moved,
+                f"{procs} processes × {OFFLOAD_HOST_COPIES} × {saved:,} B (one micro-batch's saved activations, "
+                "copied once per save; torchtune pins them: use_pin_memory=True)")
 
 
 def _download(model: ModelShape, estimated: float, how: str, *, name: str = "model weights") -> HostTerm:
@@ -281,8 +339,8 @@ def _served(job: InferenceJob, model: ModelShape) -> list[tuple[InferenceJob, Mo
 
 
 def _image(job: ImageJob, model: ImageModelShape, procs: int, dataset_bytes: float | None) -> HostNeeds:
-    pipeline = total_bytes(image_weight_terms(job.model_copy(update={"cpu_offload": False}), model))
-    why = ("with CPU offload the components wait in host RAM" if job.cpu_offload
+    pipeline = total_bytes(image_weight_terms(job.model_copy(update={"offload": "none"}), model))
+    why = ("with CPU offload the components wait in host RAM" if job.offload != "none"
            else "diffusers builds the pipeline on the CPU, then moves it")
     ram = [_baseline(procs),
            _ram("pipeline weights", procs * pipeline, f"{procs} pipelines × {pipeline:,} B ({why})")]
@@ -292,6 +350,25 @@ def _image(job: ImageJob, model: ImageModelShape, procs: int, dataset_bytes: flo
             _disk("outputs", job.images * pixels * IMAGE_BYTES_PER_PIXEL,
                   f"{job.images:,} images × {job.width}×{job.height} px × {IMAGE_BYTES_PER_PIXEL} B (RGB, uncompressed "
                   "bound)", output=True)]
+    if dataset_bytes is not None:
+        disk.append(_dataset(dataset_bytes, 0, ""))
+    return HostNeeds(processes=procs, workers_per_process=0, ram=tuple(ram), disk=tuple(disk))
+
+
+def _video(job: VideoJob, model: VideoModelShape, procs: int, dataset_bytes: float | None) -> HostNeeds:
+    """As for images: the whole pipeline sits in host RAM while it loads, and stays there under offload
+    (diffusers keeps every offloaded component's weights in CPU memory, docs/video.md §4)."""
+    pipeline = sum(video_component_bytes(job, c) for c in model.components)
+    why = (f"{job.offload} offload: the components wait in host RAM" if job.offload != "none"
+           else "diffusers builds the pipeline on the CPU, then moves it")
+    ram = [_baseline(procs),
+           _ram("pipeline weights", procs * pipeline, f"{procs} pipelines × {pipeline:,.0f} B ({why})")]
+    frame = job.width * job.height * IMAGE_BYTES_PER_PIXEL
+    disk = [_environment(),
+            _disk("model weights", pipeline, f"{len(model.components)} components at their run dtypes"),
+            _disk("outputs", job.clips * job.frames * frame,
+                  f"{job.clips:,} clips × {job.frames} frames × {job.width}×{job.height} px × "
+                  f"{IMAGE_BYTES_PER_PIXEL} B (RGB, uncompressed bound; an MP4 is far smaller)", output=True)]
     if dataset_bytes is not None:
         disk.append(_dataset(dataset_bytes, 0, ""))
     return HostNeeds(processes=procs, workers_per_process=0, ram=tuple(ram), disk=tuple(disk))

@@ -98,7 +98,14 @@ def component_dtype(job: ImageJob, component: ImageComponent) -> str:
 
 
 def weight_terms(job: ImageJob, model: ImageModelShape) -> list[MemoryTerm]:
-    if job.cpu_offload:
+    if job.offload == "sequential":
+        # enable_sequential_cpu_offload: one leaf module on the GPU at a time (None: the whole component).
+        part = max(model.components, key=lambda c: _largest_module(c) * DTYPE_BYTES[component_dtype(job, c)])
+        b = DTYPE_BYTES[component_dtype(job, part)]
+        return [term(f"weights (sequential offload: largest module, in {part.name})", "weights",
+                     _largest_module(part) * b, f"{_largest_module(part):,} params × {b:g} B; every other module "
+                     "waits in CPU memory")]
+    if job.offload == "model":
         big = max(model.components, key=lambda c: c.params)
         b = DTYPE_BYTES[component_dtype(job, big)]
         return [term(f"weights (offload: largest component, {big.name})", "weights", big.params * b,
@@ -106,6 +113,10 @@ def weight_terms(job: ImageJob, model: ImageModelShape) -> list[MemoryTerm]:
     return [term(f"weights: {c.name}", "weights", c.params * DTYPE_BYTES[component_dtype(job, c)],
                  f"{c.params:,} params × {DTYPE_BYTES[component_dtype(job, c)]:g} B ({component_dtype(job, c)})")
             for c in model.components]
+
+
+def _largest_module(component: ImageComponent) -> int:
+    return component.largest_module_params or component.params
 
 
 def denoiser_batch(job: ImageJob, model: ImageModelShape) -> int:
@@ -163,9 +174,10 @@ def vae_decode_term(job: ImageJob, model: ImageModelShape) -> MemoryTerm:
     tile = model.vae_tile_px
     side_w, side_h = (min(job.width, tile), min(job.height, tile)) if job.vae_tiling else (
         job.width, job.height)
-    images = 1 if job.vae_tiling else job.batch
+    # Tiling decodes one tile of one image at a time; slicing one whole image at a time.
+    images = 1 if job.vae_tiling or job.vae_slicing else job.batch
     nbytes = images * VAE_LIVE_TENSORS * side_w * side_h * width * ab
-    tiled = " (one tile)" if job.vae_tiling else ""
+    tiled = " (one tile)" if job.vae_tiling else " (sliced: one image)" if job.vae_slicing and job.batch > 1 else ""
     return term("VAE decode activations", "activations", nbytes,
                 f"{images} × {VAE_LIVE_TENSORS} live tensors × {side_w}×{side_h}{tiled} × {width} ch × {ab:g} B "
                 "(fitted to FakeTensor traces)")

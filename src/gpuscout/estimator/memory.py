@@ -8,13 +8,15 @@ from gpuscout.estimator.colocate import estimate_colocated_memory
 from gpuscout.estimator.image import estimate_image_memory
 from gpuscout.estimator.inference import estimate_inference_memory
 from gpuscout.estimator.training import estimate_finetune_memory
+from gpuscout.estimator.video import estimate_video_memory
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.image import ImageModelShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
 from gpuscout.workload.shape import ModelShape
+from gpuscout.workload.video import VideoModelShape
 
-Job = FinetuneJob | InferenceJob | ImageJob
-Model = ModelShape | ImageModelShape
+Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
+Model = ModelShape | ImageModelShape | VideoModelShape
 
 
 def estimate_memory(job: Job, model: Model, gpu: Gpu, *, gpus: int | None = None) -> MemoryBreakdown:
@@ -28,12 +30,15 @@ def estimate_memory(job: Job, model: Model, gpu: Gpu, *, gpus: int | None = None
             return estimate_inference_memory(job, model, gpu)
         case ImageJob(), ImageModelShape():
             return estimate_image_memory(job, model, gpu)
+        case VideoJob(), VideoModelShape():
+            return estimate_video_memory(job, model, gpu)
     raise kind_mismatch(job, model)
 
 
 def kind_mismatch(job: Job, model: Model) -> SpecError:
     return SpecError(
         f"A {job.kind} job cannot run on {model.name}.",
-        "Fine-tune and inference jobs need a language model; image jobs need a diffusion model.",
+        "Fine-tune and inference jobs need a language model; image and video jobs need a diffusion model "
+        "of their kind.",
         "Set `model` to a matching preset (`gpuscout model --list`), config.json or checkpoint.",
     )

@@ -21,11 +21,16 @@ CUDA_CONTEXT_SOURCE = "assumed 768 MiB (reported 300 MiB–2 GiB: asmirnov vram-
 ALLOCATOR_FRACTION = 0.10
 ALLOCATOR_SOURCE = "10% of allocated peak (fms-acceleration#14 measured 11%: 29.03 vs 26.11 GiB)"
 
-# vLLM captures CUDA graphs for decode batch sizes; their memory is outside the torch profile
-# run. Issues vllm#45178/#57475 show the estimate missing by GBs either way; 1 GiB is an
-# assumption in the middle of what those threads report, labelled as such.
+# vLLM captures CUDA graphs for decode batch sizes after the KV cache is sized; since vLLM 0.21
+# it estimates their memory first and takes it out of the KV budget ("CUDA graph memory profiling
+# is enabled (default since v0.21.0)", start-up log quoted in noonghunna/club-3090#127, where a
+# 27B model at TP 4 logged "Estimated CUDA graph memory: 0.17 GiB total"). Issues vllm#7553
+# (2.4 GiB on an RTX 4090 at TP 4, vLLM 0.5) and #45178/#57475 (off by GBs both ways) show the
+# spread. gpuscout keeps 1 GiB, counted inside the budget (the safe side for KV capacity), and
+# zero under enforce_eager (no graphs are captured).
 CUDA_GRAPHS_BYTES = 1 * GIB
-CUDA_GRAPHS_SOURCE = "assumed 1 GiB for vLLM CUDA graphs (vllm#45178, #57475: off by GBs both ways)"
+CUDA_GRAPHS_SOURCE = ("assumed 1 GiB, inside vLLM's budget (vLLM ≥ 0.21 subtracts its estimate; logs show "
+                      "0.17–2.4 GiB: club-3090#127, vllm#7553)")
 
 # NCCL communicator buffers when a job spans GPUs (tensor parallel or data parallel).
 # NCCL's default NCCL_BUFFSIZE is 4 MiB per channel and peer; with up to 32 channels and
@@ -35,5 +40,30 @@ NCCL_SOURCE = "assumed 256 MiB (NCCL_BUFFSIZE 4 MiB × channels × peers)"
 
 # vLLM's page size in tokens (vllm/v1/kv_cache_interface.py block_size default 16).
 VLLM_BLOCK_TOKENS = 16
-# vLLM's sampler is profiled at max_num_seqs sequences (default 256) with fp32 logits.
-VLLM_MAX_NUM_SEQS = 256
+
+# vLLM V1's scheduler defaults when the user sets nothing (vllm/engine/arg_utils.py, batch
+# defaults per usage context): GPUs of 70 GiB or more that are not A100s get max_num_seqs 1024,
+# others 256 (A100 excluded because larger batches lowered its throughput, vLLM PR #17885).
+VLLM_MAX_NUM_SEQS_LARGE_GPU = 1024
+VLLM_MAX_NUM_SEQS_DEFAULT = 256
+VLLM_LARGE_GPU_BYTES = 70 * GIB
+
+# vLLM profiles the sampler at max_num_seqs rows with top-p 0.9 and top-k = V − 1, so the
+# sort-based top-k/top-p path runs (vllm/v1/worker/gpu_model_runner.py profile_run /
+# _dummy_sampler_run; vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p_pytorch). Reading
+# that path gives 23 B per vocabulary entry alive at once (fp32 logits 4, sorted copy 4, int64
+# indices 8, softmax 4, bool mask 1, the LM head's 16-bit logits 2); the sampling step's own
+# buffers (probabilities, exponential noise, logprobs) come on top. The V1 start-up logs of four
+# dense models on an H100 at the 1,024-row default (llm-d/llm-d-benchmark
+# config_explorer/empirical-vllm-memory-results.md: Llama-3.1-8B 4.76 GiB, Qwen3-0.6B 5.56,
+# Qwen3-32B 5.64, Llama-3.3-70B FP8 at TP 2 4.84) all give 36 B per entry once the floor below is
+# taken off, whatever the model's size; vLLM 0.31 on an A100 at 256 rows (1.44 GiB) agrees.
+VLLM_SAMPLER_BYTES_PER_LOGIT = 36
+
+# What the profiled peak holds beyond the larger of the forward pass and the sampler: logged
+# "PyTorch activation peak memory 1.26GiB" for Meta-Llama-3-8B on an H100 at 8,192 batched
+# tokens (vLLM PR #10511) against 0.91 GiB for the forward pass by gpuscout's per-token
+# formula; 0.35 GiB is the difference (cuBLAS/attention workspaces, the hidden states held
+# while the sampler runs). One observation, so it is a floor, not a fit.
+VLLM_PROFILE_FLOOR_BYTES = int(0.35 * GIB)
+VLLM_PROFILE_FLOOR_SOURCE = "0.35 GiB: vLLM PR #10511 Llama-3-8B H100 logged 1.26 GiB vs 0.91 GiB forward"

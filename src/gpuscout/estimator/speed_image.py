@@ -153,7 +153,8 @@ def vae_decode_work(model: ImageModelShape, lat_h: int, lat_w: int) -> Work:
 def estimate_image_speed(
     job: ImageJob, model: ImageModelShape, gpu: Gpu, *, efficiency: Efficiency | None
 ) -> SpeedEstimate:
-    eff = efficiency or default_efficiency(gpu, "image")
+    # DiT denoisers (FLUX) take the measured DiT factors, the "video" row (docs/video.md §3).
+    eff = efficiency or default_efficiency(gpu, "video" if model.denoiser_kind == "dit" else "image")
     lat_h, lat_w = job.height // model.vae_scale_factor, job.width // model.vae_scale_factor
     eager = job.attention == "eager"
     passes = 2 if job.guidance and model.family != "flux" else 1
@@ -163,7 +164,7 @@ def estimate_image_speed(
         _vae_phase(job, model, gpu, eff, lat_h, lat_w),
     ]
     counts = [1.0, float(job.steps), 1.0]
-    if job.cpu_offload:
+    if job.offload != "none":
         phases.append(_offload_phase(job, model, gpu, eff))
         counts.append(1.0)
     batch_s = sum(p.seconds * n for p, n in zip(phases, counts, strict=True))
@@ -173,7 +174,10 @@ def estimate_image_speed(
         f"{passes} denoiser pass(es) per step: "
         + ("FLUX.1-dev is guidance-distilled (one pass)" if model.family == "flux"
            else "classifier-free guidance doubles the batch" if passes == 2 else "guidance off"),
-        "diffusion FLOPs are derived from the shape (approximations in speed_image.py); efficiency is an ASSUMPTION",
+        "diffusion FLOPs are derived from the shape (approximations in speed_image.py); "
+        + ("DiT efficiency from FLUX.1-dev H100 measurements (efficiency.toml, video row)"
+           if model.denoiser_kind == "dit"
+           else "UNet efficiency from one SDXL A100 measurement (efficiency.toml, image row)"),
     )
     return SpeedEstimate(
         job_kind="image", gpu_sku=gpu.sku, gpus=1, job_s=job_s, job_low_s=low, job_high_s=high,
@@ -242,8 +246,17 @@ def _vae_phase(job: ImageJob, model: ImageModelShape, gpu: Gpu, eff: Efficiency,
 
 
 def _offload_phase(job: ImageJob, model: ImageModelShape, gpu: Gpu, eff: Efficiency) -> PhaseTime:
-    moved = sum(c.params * DTYPE_BYTES[component_dtype(job, c)] for c in model.components)
+    sizes = {c.name: c.params * DTYPE_BYTES[component_dtype(job, c)] for c in model.components}
+    moved = sum(sizes.values())
+    how = f"model offload: every component's weights ({gib(moved)}) cross PCIe once per batch"
+    if job.offload == "sequential":
+        # Every leaf module is moved in for each forward: the denoiser once per step (one batched
+        # forward covers both guidance passes in the SD/SDXL pipelines), the rest once per batch.
+        denoiser = _component(model, "denoiser")
+        moved += sizes[denoiser.name] * (job.steps - 1)
+        how = (f"sequential offload: denoiser weights ({gib(sizes[denoiser.name])}) × {job.steps} steps + the other "
+               f"components once = {gib(moved)} over PCIe per batch")
     return phase(
         "CPU offload transfers", flops=0.0, bytes_moved=0.0, comm_bytes=moved, rates=_rates(gpu, job.dtype),
-        efficiency=eff, formula=f"every component's weights ({gib(moved)}) cross PCIe once per batch",
+        efficiency=eff, formula=how,
     )

@@ -44,7 +44,7 @@ class PhaseTime(_Frozen):
 
 
 class SpeedEstimate(_Frozen):
-    job_kind: Literal["finetune", "inference", "image"]
+    job_kind: Literal["finetune", "inference", "image", "video"]
     gpu_sku: str
     gpus: int
     job_s: float

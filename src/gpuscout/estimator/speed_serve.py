@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 
 from gpuscout.estimator.efficiency import Efficiency, default_efficiency
-from gpuscout.estimator.inference import kv_bytes_per_sequence, weight_terms
+from gpuscout.estimator.inference import kv_bytes_per_sequence, vllm_max_num_seqs, weight_terms
 from gpuscout.estimator.speed_roofline import (
     PhaseTime,
     Rates,
@@ -50,6 +50,20 @@ ACT_BYTES = 2  # 16-bit activations in every served format (TP all-reduce payloa
 # gpu_poor's decode heuristic reads weights ×2 for plain transformers vs ×1 for vLLM
 # (docs/estimator.md §3): HF generate without CUDA graphs or fused kernels.
 HF_DECODE_SLOWDOWN = 2.0
+# What a vLLM server adds to a request's first token beyond the GPU work: HTTP, tokenizing,
+# scheduling, input preparation, sampling and streaming. Measured on vLLM 0.31 (V1), Llama-3.1-8B
+# on an A100 80GB: first streamed chunk at 42–47 ms when the 2,065-token prompt was a prefix-cache
+# hit (only the last partial block computed, ~9 ms of GPU work here) and 182 ms on a miss (public
+# learning notes indexed by gpuscout's source search; docs/estimator.md §3.6). That leaves about
+# 35 ms of host time. The older engine measured more: about 100 ms flat for Llama-3-8B prompts
+# under 400 tokens on V100 (vllm#7635). It overlaps other requests' GPU work, so only TTFT pays it.
+VLLM_REQUEST_OVERHEAD_S = 0.035
+# enforce_eager: without CUDA graphs every decode step launches each layer's kernels from the
+# host. Measured: a Qwen2.5-7B-shaped LLM (the Qwen2.5-Omni-7B thinker, 28 layers) on A800s decoded
+# at ~22–23 ms per token eager against ~13 ms with graphs (vllm-project/vllm-omni#7960), about
+# 0.35 ms per layer; the same thread reports 4.3× at 3B on an H200. gpuscout adds 0.4 ms per layer
+# to each eager decode step (between the two, the side that does not under-state time).
+VLLM_EAGER_S_PER_LAYER = 0.4e-3
 
 
 def compute_dtype(weights: str, gpu: Gpu) -> str:
@@ -79,6 +93,8 @@ def estimate_inference_speed(
     rates = Rates(flops_per_s=peak_flops_per_s(gpu, dtype), memory_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
                   link_bytes_per_s=link_bytes_per_s(gpu, tp))
     concurrency = min(job.concurrency, job.requests)
+    if job.engine == "vllm":  # the scheduler runs at most max_num_seqs sequences per step
+        concurrency = min(concurrency, vllm_max_num_seqs(job, gpu))
     prefill_seqs = concurrency if job.engine == "hf" else 1
     prefill = prefill_phase(job, shape, prefill_seqs, rates, pre_eff)
     decode = decode_phase(job, shape, concurrency, rates, dec_eff)
@@ -122,17 +138,29 @@ def _tp_comm(job: InferenceJob, shape: ModelShape, tokens: int) -> float:
     return shape.num_layers * 2 * ring_all_reduce_bytes(payload, job.tensor_parallel)
 
 
+def computed_prompt_tokens(job: InferenceJob) -> int:
+    """Prompt tokens prefill computes: the prefix-cache hits are read from cached KV blocks."""
+    if job.engine != "vllm" or not job.enable_prefix_caching:
+        return job.prompt_tokens
+    return max(math.ceil(job.prompt_tokens * (1.0 - job.prefix_hit_rate)), 1)
+
+
 def prefill_phase(job: InferenceJob, shape: ModelShape, seqs: int, rates: Rates, eff: Efficiency) -> PhaseTime:
-    tp, prompt = job.tensor_parallel, job.prompt_tokens
+    tp, prompt = job.tensor_parallel, computed_prompt_tokens(job)
     tokens = seqs * prompt
-    flops = (tokens * _linear_flops_per_token(shape) + seqs * _attention_flops(shape, prompt, prompt, causal=True)
+    # New queries attend to the whole prompt, cached prefix included: keys = the full prompt.
+    attention = _attention_flops(shape, prompt, job.prompt_tokens, causal=True)
+    flops = (tokens * _linear_flops_per_token(shape) + seqs * attention
              + seqs * 2.0 * shape.hidden_size * shape.vocab_size) / tp
     weights, how = weight_bytes_read(job, shape, tokens)
     kv = seqs * kv_bytes_per_sequence(shape, prompt, DTYPE_BYTES[job.kv_cache_dtype], tp, 1)
     return phase(
         "prefill", flops=flops, bytes_moved=weights + kv, comm_bytes=_tp_comm(job, shape, tokens), rates=rates,
         efficiency=eff,
-        formula=(f"{seqs} × {prompt} prompt tokens: (2·P_active·tokens + 4·s·(s/2)·(a·d)·layers + 2·h·V) / TP {tp} "
+        formula=(f"{seqs} × {prompt} prompt tokens computed"
+                 + (f" ({job.prompt_tokens} less prefix-cache hits {job.prefix_hit_rate:.0%})"
+                    if prompt != job.prompt_tokens else "")
+                 + f": (2·P_active·tokens + 4·s·(s/2)·(a·d)·layers + 2·h·V) / TP {tp} "
                  f"= {tflop(flops)}; bytes = {how} + KV written {gib(kv)}"
                  + (f"; TP: 2 all-reduces/layer × 2(t−1)/t × tokens·h·2 B, t = {tp}" if tp > 1 else "")),
     )
@@ -145,12 +173,24 @@ def decode_phase(job: InferenceJob, shape: ModelShape, batch: int, rates: Rates,
                      + 2.0 * shape.hidden_size * shape.vocab_size) / tp
     weights, how = weight_bytes_read(job, shape, batch)
     kv_one = kv_bytes_per_sequence(shape, math.ceil(context), DTYPE_BYTES[job.kv_cache_dtype], tp, 1)
-    return phase(
+    step = phase(
         "decode step", flops=flops, bytes_moved=weights + batch * kv_one, comm_bytes=_tp_comm(job, shape, batch),
         rates=rates, efficiency=eff,
         formula=(f"batch {batch} at mean context {context:,.0f}: FLOPs = batch × (2·P_active + 4·ctx·(a·d)·layers "
                  f"+ 2·h·V) / TP {tp} = {tflop(flops)}; bytes = {how} + {batch} × KV {gib(kv_one)}"),
     )
+    return with_eager_launches(job, shape, step)
+
+
+def with_eager_launches(job: InferenceJob, shape: ModelShape, step: PhaseTime) -> PhaseTime:
+    """Add the per-layer host launch time of a decode step run without CUDA graphs."""
+    if job.engine != "vllm" or not job.enforce_eager:
+        return step
+    extra = shape.num_layers * VLLM_EAGER_S_PER_LAYER
+    return step.model_copy(update={
+        "seconds": step.seconds + extra,
+        "formula": step.formula + f"; enforce_eager: + {shape.num_layers} layers × "
+                                  f"{VLLM_EAGER_S_PER_LAYER * 1000:.1f} ms kernel launches (vllm-omni#7960)"})
 
 
 def _summarise(
@@ -165,7 +205,7 @@ def _summarise(
         job_work = batches * (prefill.seconds + (out - 1) * decode.seconds)
         weights = [(prefill, float(batches)), (decode, float(batches * (out - 1)))]
     else:
-        ttft = prefill.seconds
+        ttft = prefill.seconds + VLLM_REQUEST_OVERHEAD_S
         tpot = decode.seconds + (concurrency - 1) * prefill.seconds / (out - 1) if out > 1 else 0.0
         job_work = job.requests * (prefill.seconds + (out - 1) * decode.seconds / concurrency)
         weights = [(prefill, float(job.requests)), (decode, job.requests * (out - 1) / concurrency)]
@@ -175,7 +215,8 @@ def _summarise(
     job_s, low, high = banded(job_work, eff)
     notes = (
         f"compute dtype {dtype} (weights {job.weights}); decode batch = concurrency {concurrency}",
-        "TTFT excludes queueing; prefills of replacing sequences are charged to TPOT (continuous batching)"
+        f"TTFT excludes queueing, includes {VLLM_REQUEST_OVERHEAD_S * 1000:.0f} ms server overhead (§3.6); "
+        "prefills of replacing sequences are charged to TPOT (continuous batching)"
         if job.engine == "vllm" else "hf: static batches; decode bandwidth halved (gpu_poor ×2 heuristic)",
         f"prefill ran at compute {pre_eff.compute:g} / bandwidth {pre_eff.bandwidth:g}; decode at compute "
         f"{dec_eff.compute:g} / bandwidth {dec_eff.bandwidth:g}; band and `efficiency` are the "

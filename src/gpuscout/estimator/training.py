@@ -26,6 +26,9 @@ from gpuscout.estimator.params import (
     layer_params,
     linear_params,
     nonlinear_params,
+    quantized_linear_params,
+    require_known_skip_modules,
+    unquantized_linear_params,
 )
 from gpuscout.hardware.catalog import Gpu, usable_memory_bytes
 from gpuscout.workload.job import FinetuneJob
@@ -48,6 +51,18 @@ ADAM8_BYTES = 2 * (1 + 4 / 2048)
 FP32_BYTES = 4
 # Chunked / fused cross-entropy keeps logits for one chunk of tokens at a time.
 CE_CHUNK_TOKENS = 1024
+# Activation offloading (docs/estimator.md §2.14): torchtune's OffloadActivations keeps at most
+# max_fwd_stash_size = 5 saved tensors on the GPU while their copies to pinned host memory finish,
+# and in the backward only the tensors of the autograd node being run (training/_activation_offloading.py).
+# A decoder layer saves ~15 tensors, so one layer's activations bound what stays: counted as 1 layer.
+OFFLOAD_LAYERS_ON_GPU = 1
+# FSDP gathers one unit (decoder layer) and prefetches the next: current + prefetched unit on the GPU
+# (torch FSDP forward/backward_prefetch; the same 2 units as the all-gather buffers above).
+FSDP_UNITS_ON_GPU = 2
+# bitsandbytes' paged optimizers (PagedAdamW8bit / PagedAdamW32bit) allocate their states in CUDA
+# unified memory, which "transfers memory from the GPU to the CPU when GPU memory is exhausted"
+# (bitsandbytes optimizer docs). They must be on the GPU only while the optimizer step runs.
+PAGED_OPTIMIZERS = frozenset({"paged_adamw_8bit", "paged_adamw_32bit"})
 
 
 @dataclass(frozen=True)
@@ -75,16 +90,18 @@ def estimate_finetune_memory(
     recompute = recompute_terms(job, shape, layout)
     step = step_temporary_terms(job, shape, layout)
     held = grads.bytes if job.grad_accum > 1 else 0
+    # Paged states can leave the GPU while activations peak; they come back for the step.
+    paged, paged_in_step = paged_state_bytes(job, shape, layout)
     phases = {
         "loss backward": total_bytes(saved) + loss.bytes + held,
-        "optimizer step": grads.bytes + total_bytes(step),
+        "optimizer step": grads.bytes + total_bytes(step) + paged_in_step,
     }
     if recompute:
         phases["layer recompute"] = total_bytes(saved) + total_bytes(recompute) + grads.bytes
     # The freed 16-bit logits block is reserved, not allocated: it decides the phase, not the reserve.
     hole = logits_hole_term(job, shape, layout)
     phase = max(phases, key=lambda name: phases[name] + (hole.bytes if name == "loss backward" else 0))
-    allocated = total_bytes(resident) + phases[phase]
+    allocated = round(total_bytes(resident) - paged + phases[phase])
     fixed = overhead_terms(layout, allocated) + ([hole] if phase == "loss backward" and hole.bytes else [])
     return MemoryBreakdown(
         job_kind="finetune",
@@ -101,6 +118,22 @@ def estimate_finetune_memory(
     )
 
 
+def paged_state_bytes(job: FinetuneJob, shape: ModelShape, layout: Layout) -> tuple[float, float]:
+    """(paged optimizer-state bytes, the part of them on the GPU during the optimizer step).
+
+    Unified memory pages the states in when the step touches them. A whole-model step touches all of
+    them; with optimizer_in_backward each parameter's step runs alone, so only the largest tensor's
+    states need to be resident at once (docs/estimator.md §2.14).
+    """
+    if job.optimizer not in PAGED_OPTIMIZERS:
+        return 0.0, 0.0
+    states = optimizer_term(job, shape, layout).bytes
+    if not job.optimizer_in_backward:
+        return states, states
+    share = largest_trainable_param(job, shape) / max(trainable_params(job, shape), 1)
+    return states, states * share
+
+
 def trainable_params(job: FinetuneJob, shape: ModelShape) -> int:
     return shape.params_total if job.method == "full" else lora_adapter_params(shape, job.lora)
 
@@ -108,7 +141,7 @@ def trainable_params(job: FinetuneJob, shape: ModelShape) -> int:
 def model_state_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
     """What stays on the GPU through the whole step."""
     terms = [*weight_terms(job, shape, layout), optimizer_term(job, shape, layout)]
-    if layout.sharding in ("zero3", "fsdp") and layout.dp > 1:
+    if layout.sharding in ("zero3", "fsdp") and layout.dp > 1 and not job.offload_params:
         gathered = 2 * layer_params(shape) * 2 / layout.tp
         terms.append(term("all-gather buffers", "temporaries", gathered,
                           "2 layers × layer params × 2 B (current + prefetched unit, 16-bit)"))
@@ -116,7 +149,7 @@ def model_state_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> li
         grads = gradient_term(job, shape, layout).bytes
         terms.append(term("DDP gradient buckets", "gradients", grads,
                           "= gradient bytes (DDP copies grads into buckets unless gradient_as_bucket_view)"))
-    if job.method == "qlora":
+    if job.method == "qlora" and quantized_linear_params(shape, job.unquantized_modules):
         big = largest_linear_params(shape) * 2
         terms.append(term("NF4 dequantization buffer", "temporaries", big, "largest linear × 2 B"))
     return terms
@@ -130,17 +163,59 @@ def _shard(layout: Layout, what: str) -> int:
 
 
 def weight_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
+    if job.offload_params:
+        return offloaded_weight_terms(job, shape, layout)
+    return resident_weight_terms(job, shape, layout)
+
+
+def resident_weight_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
     div = layout.tp * _shard(layout, "weights")
     p = shape.params_total
     if job.method == "full":
         b = PARAM_BYTES[job.precision]
         return [term("weights", "weights", p * b / div, f"{p:,} params × {b} B / {div}")]
     base = _base_weight_terms(job, shape, div)
+    if job.method == "qlora" and job.unquantized_modules:
+        base.append(_kept_linears_term(job, shape, div))
     adapters = lora_adapter_params(shape, job.lora)
     ab = adapter_bytes(job)
     base.append(term("LoRA adapters", "weights", adapters * ab / layout.tp,
                      f"{adapters:,} adapter params (rank {job.lora.rank} × (d_in + d_out)) × {ab} B"))
     return base
+
+
+def _kept_linears_term(job: FinetuneJob, shape: ModelShape, div: int) -> MemoryTerm:
+    """QLoRA linears named in `unquantized_modules`: 16-bit as loaded, fp32 after peft's upcast (it casts
+    every parameter that is not a bitsandbytes Params4bit, docs/estimator.md §2.14)."""
+    require_known_skip_modules(shape, job.unquantized_modules)
+    kept = unquantized_linear_params(shape, job.unquantized_modules)
+    b = FP32_BYTES if upcasts_unquantized(job) else 2
+    why = "upcast to fp32 by prepare_model_for_kbit_training" if b == FP32_BYTES else "kept 16-bit"
+    return term("unquantized linears (unquantized_modules)", "weights", kept * b / div,
+                f"{kept:,} params of {', '.join(job.unquantized_modules)} × {b} B ({why})")
+
+
+def offloaded_weight_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
+    """FSDP CPUOffload(offload_params=True): the parameters live in host RAM; the GPU holds the root unit
+    (embeddings, final norm, LM head: FSDP wraps each decoder layer, the rest stays in the root unit and
+    is gathered for the whole step) and `FSDP_UNITS_ON_GPU` gathered decoder layers, in the compute dtype
+    (FSDP MixedPrecision(param_dtype) gathers 16-bit copies; docs/estimator.md §2.14)."""
+    whole = Layout(gpus=layout.tp, tp=layout.tp, sharding="none")
+    resident = total_bytes(resident_weight_terms(job, shape, whole))
+    wb = FP32_BYTES if job.precision == "fp32" else 2
+    # Non-linear params as the model holds them (upcast QLoRA keeps them fp32); full fine-tunes gather
+    # 16-bit copies of their fp32 masters.
+    rb = wb if job.method == "full" else (FP32_BYTES if upcasts_unquantized(job) else wb)
+    rest = nonlinear_params(shape)
+    root = rest * rb / layout.tp
+    layers = max(shape.num_layers, 1)
+    gathered = resident * (wb / PARAM_BYTES[job.precision] if job.method == "full" else 1)
+    per_layer = max(gathered - root, 0) / layers
+    units = min(FSDP_UNITS_ON_GPU, layers)
+    return [term("root unit (embeddings, norm, LM head), gathered", "weights", root,
+                 f"{rest:,} non-linear params × {rb} B / TP {layout.tp} (held for the whole step)"),
+            term("gathered layer units (params offloaded to CPU)", "weights", units * per_layer,
+                 f"{units} units (current + prefetched) × {per_layer:,.0f} B per decoder layer; the rest in host RAM")]
 
 
 def _base_weight_terms(job: FinetuneJob, shape: ModelShape, div: int) -> list[MemoryTerm]:
@@ -149,7 +224,8 @@ def _base_weight_terms(job: FinetuneJob, shape: ModelShape, div: int) -> list[Me
         b = 4 if job.precision == "fp32" else 2
         p = shape.params_total
         return [term("frozen base weights", "weights", p * b / div, f"{p:,} params × {b} B / {div}")]
-    lin, rest = linear_params(shape), nonlinear_params(shape)
+    # Linears named in unquantized_modules stay out of NF4 (their own term, `_kept_linears_term`).
+    lin, rest = quantized_linear_params(shape, job.unquantized_modules), nonlinear_params(shape)
     return [
         term("frozen base weights (NF4 linears)", "weights", lin * NF4_BYTES / div,
              f"{lin:,} linear params × 0.5 B (bitsandbytes NF4)"),
@@ -181,12 +257,31 @@ def adapter_bytes(job: FinetuneJob) -> int:
 def gradient_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTerm:
     n = trainable_params(job, shape)
     gb = trainable_param_bytes(job)
+    if job.optimizer_in_backward:
+        big = largest_trainable_param(job, shape)
+        return term("gradients (one at a time)", "gradients", big * gb / layout.tp,
+                    f"largest trainable tensor {big:,} × {gb} B: optimizer_in_backward updates each parameter "
+                    "when its gradient is ready and frees the gradient")
     div = layout.tp * _shard(layout, "gradients")
+    if job.offload_params:
+        units = min(FSDP_UNITS_ON_GPU, max(shape.num_layers, 1))
+        per_unit = n / max(shape.num_layers, 1)
+        return term("gradients (offloaded to CPU)", "gradients", units * per_unit * gb / div,
+                    f"{units} units × {per_unit:,.0f} trainable params × {gb} B / {div}: each unit's gradients "
+                    "move to host RAM after its reduce-scatter")
     return term("gradients", "gradients", n * gb / div, f"{n:,} trainable params × {gb} B / {div}")
 
 
+def largest_trainable_param(job: FinetuneJob, shape: ModelShape) -> int:
+    """Elements of the largest single trainable tensor (what optimizer_in_backward holds at once)."""
+    if job.method == "full":
+        return max(largest_linear_params(shape), shape.vocab_size * shape.hidden_size)
+    r = job.lora.rank
+    return max((r * max(g.in_features, g.out_features) for g in lora_targets(shape, job.lora)), default=0)
+
+
 def optimizer_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTerm:
-    if job.optimizer_offload:
+    if job.optimizer_offload or job.offload_params:
         return term("optimizer states", "optimizer_states", 0, "offloaded to CPU memory")
     div = layout.tp * _shard(layout, "optimizer")
     state_bytes, formula = optimizer_state_bytes(job, shape, trainable_params(job, shape))
@@ -199,8 +294,11 @@ def optimizer_state_bytes(job: FinetuneJob, shape: ModelShape, n: int) -> tuple[
     match job.optimizer:
         case "adamw":
             return n * 2 * sb, f"{n:,} × 2 states × {sb} B (AdamW m, v)"
-        case "adamw_8bit":
+        case "adamw_8bit" | "paged_adamw_8bit":
             return n * ADAM8_BYTES, f"{n:,} × 2.002 B (8-bit AdamW, block-wise absmax)"
+        case "paged_adamw_32bit":
+            # bitsandbytes' 32-bit states are fp32 whatever the parameters' dtype.
+            return n * 2 * FP32_BYTES, f"{n:,} × 2 states × 4 B (paged 32-bit AdamW m, v)"
         case "sgd":
             return n * sb, f"{n:,} × {sb} B (SGD momentum)"
         case "adafactor":
@@ -221,17 +319,16 @@ def saved_activation_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) 
     """Tensors kept from the forward for the backward, for one micro-batch."""
     ab = ACT_BYTES[job.precision]
     tokens = job.micro_batch * job.seq_len
+    layers, where = _layers_on_gpu(job, shape)
     if job.gradient_checkpointing:
-        rb = residual_bytes(job)
-        terms = [term("checkpointed layer inputs", "activations", shape.num_layers * rb * shape.hidden_size * tokens,
-                      f"L·b·s·h·{rb} B = {shape.num_layers}×{tokens:,}×{shape.hidden_size}×{rb}"
-                      + (" (fp32 residual stream)" if rb > ab else ""))]
+        terms = [_checkpointed_term(job, shape, layout, layers, where)]
     else:
         per_token = _layer_bytes_per_token(job, shape, layout)
-        terms = [term("layer activations", "activations", per_token * tokens * shape.num_layers,
-                      f"{shape.num_layers} layers × {tokens:,} tokens × {per_token:,.0f} B: {_formula(job)}")]
+        terms = [term("layer activations", "activations", per_token * tokens * layers,
+                      f"{layers} layers{where} × {tokens:,} tokens × {per_token:,.0f} B: {_formula(job)}")]
     terms.append(term("final norm", "activations", act.norm_bytes(shape, ab) * tokens, "b·s·h·(act + fp32 upcast) B"))
-    if job.method == "full" and ab < PARAM_BYTES[job.precision]:
+    if job.method == "full" and ab < PARAM_BYTES[job.precision] and not job.activation_offload \
+            and not job.offload_params:
         copies = linear_params(shape) + shape.vocab_size * shape.hidden_size
         div = layout.tp * _shard(layout, "weights")
         terms.append(term("16-bit weight copies (autocast cache)", "activations", copies * 2 / div,
@@ -239,8 +336,59 @@ def saved_activation_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) 
     if upcasts_unquantized(job) and ab < FP32_BYTES:
         head = shape.vocab_size * shape.hidden_size
         terms.append(term("16-bit copy of the fp32 lm_head", "activations", head * 2 / layout.tp,
-                          f"V·h = {head:,} × 2 B (autocast casts the upcast head per step; matmul keeps it for backward)"))
+                          f"V·h = {head:,} × 2 B (autocast casts the upcast head per step; matmul keeps it "
+                          "for backward)"))
+    if upcasts_unquantized(job) and ab < FP32_BYTES and job.unquantized_modules and not job.activation_offload:
+        kept = unquantized_linear_params(shape, job.unquantized_modules)
+        terms.append(term("16-bit copies of the fp32 unquantized linears", "activations", kept * 2 / layout.tp,
+                          f"{kept:,} × 2 B (autocast casts each upcast linear; the matmul keeps it for backward)"))
     return terms
+
+
+def _checkpointed_term(job: FinetuneJob, shape: ModelShape, layout: Layout, layers: int, where: str) -> MemoryTerm:
+    """Each checkpointed layer's input (residual stream), plus under selective checkpointing the matmul
+    and attention outputs its policy saves."""
+    ab = ACT_BYTES[job.precision]
+    rb = residual_bytes(job)
+    tokens = job.micro_batch * job.seq_len
+    h = shape.hidden_size
+    stream = " (fp32 residual stream)" if rb > ab else ""
+    if job.checkpoint_policy == "selective":
+        extra = _selective_bytes_per_token(job, shape, layout)
+        return term("checkpointed layer inputs and matmul outputs", "activations", layers * (rb * h + extra) * tokens,
+                    f"{layers} layers{where} × {tokens:,} tokens × (h·{rb} B input{stream} + {extra:,.0f} B "
+                    "matmul/attention outputs saved by selective checkpointing)")
+    return term("checkpointed layer inputs", "activations", layers * rb * h * tokens,
+                f"L·b·s·h·{rb} B = {layers}×{tokens:,}×{h}×{rb}{stream}{where}")
+
+
+def _layers_on_gpu(job: FinetuneJob, shape: ModelShape) -> tuple[int, str]:
+    """Decoder layers whose saved activations sit on the GPU at the peak: all, or with activation
+    offloading the ones still being copied to host RAM (`OFFLOAD_LAYERS_ON_GPU`)."""
+    if job.activation_offload:
+        kept = min(OFFLOAD_LAYERS_ON_GPU, shape.num_layers)
+        return kept, f" (of {shape.num_layers}; the rest offloaded to pinned host RAM)"
+    return shape.num_layers, ""
+
+
+def _selective_bytes_per_token(job: FinetuneJob, shape: ModelShape, layout: Layout) -> float:
+    """Selective activation checkpointing: what a checkpointed layer saves beyond its input (the matmul
+    and attention outputs, `activations.selective_saved_bytes`, plus LoRA's own matmuls)."""
+    if job.checkpoint_policy != "selective":
+        return 0.0
+    ab = ACT_BYTES[job.precision]
+    return act.selective_saved_bytes(shape, ab, layout.tp) + _selective_adapter_bytes(job, shape, ab) / layout.tp
+
+
+def _selective_adapter_bytes(job: FinetuneJob, shape: ModelShape, ab: int) -> float:
+    """LoRA's own matmuls are saved too: x·A (rank wide) and (x·A)·B (as wide as the adapted linear's
+    output) for every adapted linear, per token, averaged over the layers (FakeTensor traces of peft
+    LoRA under SAC keep both; docs/estimator.md §2.14)."""
+    if job.method == "full":
+        return 0.0
+    r = job.lora.rank
+    per_model = sum(g.count * (g.out_features + r) for g in lora_targets(shape, job.lora))
+    return ab * per_model / max(shape.num_layers, 1)
 
 
 def upcasts_unquantized(job: FinetuneJob) -> bool:
@@ -324,10 +472,14 @@ def logits_hole_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> Mem
 
 def step_temporary_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
     """torch.optim's foreach kernels allocate intermediates the size of the parameters they update."""
-    if job.optimizer_offload:
+    if job.optimizer_offload or job.offload_params:
         return []
-    n = trainable_params(job, shape) / (layout.tp * _shard(layout, "optimizer"))
     sb = 2 if job.precision == "bf16" else 4
+    if job.optimizer_in_backward:
+        big = largest_trainable_param(job, shape) / layout.tp
+        return [term("optimizer step temporaries", "temporaries", big * sb,
+                     "largest trainable tensor × state bytes (one parameter's update at a time)")]
+    n = trainable_params(job, shape) / (layout.tp * _shard(layout, "optimizer"))
     return [term("optimizer step temporaries", "temporaries", n * sb,
                  "trainable params × state bytes (foreach AdamW/SGD intermediates, one list at a time)")]
 

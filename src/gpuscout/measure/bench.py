@@ -37,15 +37,16 @@ from gpuscout.measure.llm_finetune import FINETUNE_UNIT_NOTE, plan_finetune_case
 from gpuscout.measure.llm_inference import FRAMEWORK_LOOP_NOTE, concurrency_levels, plan_inference_cases
 from gpuscout.measure.llm_setup import LlmCaseSpec
 from gpuscout.measure.probes import plan_probe_cases
+from gpuscout.measure.video_bench import plan_video_cases
 from gpuscout.results.runs import merge_runs
 from gpuscout.results.schema import BenchResult, Case, FixedVariables, ResultKind, Scalar
 from gpuscout.workload.checkpoint import checkpoint_hash
 from gpuscout.workload.hf_config import config_depth, shape_from_hf_config
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
-from gpuscout.workload.resolve import llm_config, resolve_image
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.resolve import llm_config, resolve_image, resolve_video
 from gpuscout.workload.shape import DTYPE_BYTES
 
-Job = FinetuneJob | InferenceJob | ImageJob
+Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
 
 MEMORY_NOTE = ("peak memory views: torch allocated = live tensors; torch reserved = held by the caching allocator; "
                "NVML used = sampled every 10 ms, this process incl. the CUDA context (device-wide in "
@@ -98,6 +99,8 @@ def plan_cases(job: Job | None, model: _ModelRef, *, settings: BenchSettings, de
                 plan += plan_inference_cases(spec, concurrency_levels(job))
         case ImageJob():
             plan += plan_image_cases(job, settings, device)
+        case VideoJob():
+            plan += plan_video_cases(job, settings, device)
     if probe:
         plan += plan_probe_cases(settings, device, model.bytes)
     return plan
@@ -181,6 +184,11 @@ class _ModelRef:
             denoiser = sum(c.params for c in shape.components if c.role == "denoiser")
             return cls({}, config_hash(shape.model_dump(mode="json")), None, False,
                        int(denoiser * DTYPE_BYTES[job.dtype]))
+        if isinstance(job, VideoJob):
+            video = resolve_video(job.model)
+            transformer = video.component("denoiser").params
+            return cls({}, config_hash(video.model_dump(mode="json")), None, False,
+                       int(transformer * DTYPE_BYTES[job.dtype]))
         config = llm_config(job.model, base_dir=base_dir)
         path = _existing_path(job.model, base_dir)
         model_dir = path if path is not None and path.is_dir() else (path.parent if path is not None else None)
@@ -246,7 +254,10 @@ def _case_params(job: Job | None, settings: BenchSettings) -> dict[str, Scalar]:
                     "lora_rank": job.lora.rank if job.method != "full" else None,
                     "lora_alpha": job.lora.alpha if job.method != "full" else None,
                     "lora_targets": (targets if isinstance(targets, str) else ",".join(targets))
-                    if job.method != "full" else None}
+                    if job.method != "full" else None,
+                    "checkpoint_policy": job.checkpoint_policy, "activation_offload": job.activation_offload,
+                    "optimizer_in_backward": job.optimizer_in_backward, "compile": job.compile,
+                    "packing": job.packing, "sample_tokens": job.sample_tokens, "padding": job.padding}
         case InferenceJob():
             return {"weights": job.weights, "kv_cache_dtype": job.kv_cache_dtype, "prompt_tokens": job.prompt_tokens,
                     "output_tokens": job.output_tokens,
@@ -254,7 +265,11 @@ def _case_params(job: Job | None, settings: BenchSettings) -> dict[str, Scalar]:
         case ImageJob():
             return {"width": job.width, "height": job.height, "steps": job.steps, "batch": job.batch,
                     "guidance": job.guidance, "dtype": job.dtype, "attention": job.attention,
-                    "vae_tiling": job.vae_tiling, "cpu_offload": job.cpu_offload}
+                    "vae_tiling": job.vae_tiling, "vae_slicing": job.vae_slicing, "offload": job.offload}
+        case VideoJob():
+            return {"width": job.width, "height": job.height, "frames": job.frames, "steps": job.steps,
+                    "batch": job.batch, "guidance": job.guidance, "dtype": job.dtype, "attention": job.attention,
+                    "vae_tiling": job.vae_tiling, "offload": job.offload}
     return {}
 
 
@@ -264,7 +279,7 @@ def _precision(job: Job | None) -> str:
             return job.precision
         case InferenceJob():
             return job.weights
-        case ImageJob():
+        case ImageJob() | VideoJob():
             return job.dtype
     return "per probe"
 

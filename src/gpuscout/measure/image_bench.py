@@ -77,9 +77,10 @@ def run_image_case(job: ImageJob, settings: BenchSettings, device: str, case_nam
     wall_start = time.perf_counter()
     shape = load_image_preset(job.model)
     require_divisible(shape, job.width, job.height, action="benchmark")
-    if job.cpu_offload:
-        raise UnsupportedHere("cpu_offload is not benchmarked yet: the image slice keeps every component "
-                              "on the device, which would be a different job. Measure with cpu_offload = false.")
+    if job.offload != "none":
+        raise UnsupportedHere(f"offload = {job.offload!r} is not benchmarked yet: the image slice keeps every "
+                              "component on the device, which would be a different job. Measure with "
+                              'offload = "none".')
     clock = StartupClock(settings.created_at)
     import diffusers  # noqa: F401  (timed: part of the startup a user pays)
     import torch
@@ -151,6 +152,8 @@ def _build_pipeline(job: ImageJob, shape: ImageModelShape, device: str) -> _Pipe
     vae = build_image_model(configs[vae_part.name], dtypes[vae_dtype], attention, device)
     if job.vae_tiling:
         vae.enable_tiling()
+    if job.vae_slicing:
+        vae.enable_slicing()
     inputs = denoiser_inputs(shape, configs[denoiser_part.name], job.width, job.height, job.batch * passes,
                              dtypes[job.dtype], device=device, random=True)
     key = "sample" if shape.denoiser_kind == "unet" else "hidden_states"
@@ -308,5 +311,6 @@ def _passes_why(job: ImageJob, shape: ImageModelShape, passes: int) -> str:
 def _params(job: ImageJob, pipe: _Pipeline, device: str) -> dict[str, Scalar]:
     return {"model": job.model, "width": job.width, "height": job.height, "batch": job.batch, "steps": job.steps,
             "guidance": job.guidance, "dtype": job.dtype, "attention": pipe.attention, "vae_tiling": job.vae_tiling,
+            "vae_slicing": job.vae_slicing,
             "denoiser_batch": job.batch * pipe.passes, "vae_dtype": pipe.vae_dtype,
             "text_encoders_timed": bool(pipe.encoders), "device": device}

@@ -18,10 +18,11 @@ import itertools
 import os
 import tempfile
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from gpuscout.errors import GpuscoutError
+from gpuscout.errors import GpuscoutError, UnsupportedHere
 from gpuscout.hardware.catalog import find_gpu, peak_flops_per_s
 from gpuscout.measure import depth
 from gpuscout.measure.harness import (
@@ -48,13 +49,16 @@ from gpuscout.torchmodel.llm import (
     autocast,
     bnb_4bit_config,
     build_optimizer,
+    compile_model,
     enable_checkpointing,
     import_torch_stack,
+    offload_activations,
+    optimizer_in_backward,
     param_dtype,
     quantize_linears_nf4,
     require_bitsandbytes,
 )
-from gpuscout.workload.flops import training_flops, training_flops_rule
+from gpuscout.workload.flops import data_tokens_per_row, row_tokens, training_flops, training_flops_rule
 from gpuscout.workload.job import FinetuneJob
 from gpuscout.workload.jobtime import whole_job_formula, whole_job_s
 from gpuscout.workload.lora import lora_target_names
@@ -67,6 +71,33 @@ FINETUNE_UNIT_NOTE = (
 # Dtype the matmuls run in, for the catalog peak. fp32 uses the CUDA-core rate: PyTorch leaves TF32
 # matmuls off by default (torch.backends.cuda.matmul.allow_tf32 = False since 1.12).
 COMPUTE_DTYPE = {"bf16_mixed": "bf16", "bf16": "bf16", "fp16_mixed": "fp16", "fp32": "fp32"}
+BNB_OPTIMIZERS = {"adamw_8bit": "The 8-bit AdamW optimizer", "paged_adamw_8bit": "The paged 8-bit AdamW optimizer",
+                  "paged_adamw_32bit": "The paged 32-bit AdamW optimizer"}
+
+
+class PerParameterOptimizers:
+    """The optimizers of optimizer_in_backward, seen as one (for the checkpoint save and state sizes)."""
+
+    def __init__(self, optimizers: dict[Any, Any]) -> None:
+        self.optimizers = optimizers
+
+    @property
+    def state(self) -> dict[Any, Any]:
+        return {p: opt.state.get(p, {}) for p, opt in self.optimizers.items()}
+
+    def state_dict(self) -> dict[int, Any]:
+        return {i: opt.state_dict() for i, opt in enumerate(self.optimizers.values())}
+
+
+def _refuse_unsupported_settings(job: FinetuneJob, device: str) -> None:
+    """Settings the bench cannot run here, said before anything is built."""
+    if job.offload_params:
+        raise UnsupportedHere("offload_params needs FSDP's CPU offload inside torch.distributed, which the bench "
+                              "does not launch; the case is not supported here. Measure the job without it (the "
+                              "estimate adds the PCIe traffic), or run FSDP yourself and compare the result.")
+    if job.optimizer_in_backward and job.precision == "fp16_mixed" and device == "cuda":
+        raise UnsupportedHere("optimizer_in_backward with fp16_mixed: GradScaler cannot unscale per-parameter "
+                              "steps; the case is not supported here. Use bf16_mixed.")
 
 
 # --- planning (parent process) -------------------------------------------------------------------
@@ -86,8 +117,9 @@ def run_finetune_case(spec: LlmCaseSpec) -> Case:
     clock = StartupClock(spec.settings.created_at)
     if job.method == "qlora":
         require_bitsandbytes(spec.device, "QLoRA (NF4 4-bit base weights)")
-    if job.optimizer == "adamw_8bit":
-        require_bitsandbytes(spec.device, "The 8-bit AdamW optimizer")
+    if job.optimizer in BNB_OPTIMIZERS:
+        require_bitsandbytes(spec.device, BNB_OPTIMIZERS[job.optimizer])
+    _refuse_unsupported_settings(job, spec.device)
     torch = import_torch_stack("transformers", *(["peft"] if job.method != "full" else []), purpose="gpuscout bench")
     config, built, full_layers = ready_config(spec, torch, clock)
     attention, attention_note = resolve_attention(job.attention, spec.device)
@@ -122,17 +154,19 @@ def _training_model(spec: LlmCaseSpec, job: FinetuneJob, config: dict[str, Any],
 
     notes = []
     dtype = param_dtype(torch, job.precision, job.method)
-    quantization = bnb_4bit_config(dtype) if job.method == "qlora" and spec.weights else None
+    quantization = bnb_4bit_config(dtype, job.unquantized_modules) if job.method == "qlora" and spec.weights else None
     model = build_model(spec, config, attention=attention, dtype=dtype, quantization=quantization)
     if job.method == "qlora" and not spec.weights:
-        quantize_linears_nf4(model, dtype)
+        quantize_linears_nf4(model, dtype, job.unquantized_modules)
         monitor.restart()
         notes.append("QLoRA with random weights: built in 16-bit, then each linear quantized to NF4; peak "
                      "memory counts from after quantization (a checkpoint load quantizes shard by shard)")
     if job.method != "full":
         model.requires_grad_(False)
     if job.gradient_checkpointing:
-        enable_checkpointing(model)
+        enable_checkpointing(model, job.checkpoint_policy)
+        notes.append(f"activation checkpointing: {job.checkpoint_policy}"
+                     + (" (SAC: matmul and attention outputs saved)" if job.checkpoint_policy == "selective" else ""))
     if job.method != "full":
         shape = model_shape(config)
         # Without a known layout, peft's own "all-linear" (or the spec's names) picks the layers.
@@ -140,7 +174,13 @@ def _training_model(spec: LlmCaseSpec, job: FinetuneJob, config: dict[str, Any],
         model = apply_lora(model, job.lora.rank, job.lora.alpha, targets)
     model.train()
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = build_optimizer(job.optimizer, trainable, spec.device)
+    optimizer: Any
+    if job.optimizer_in_backward:
+        optimizer = PerParameterOptimizers(optimizer_in_backward(job.optimizer, trainable, spec.device))
+        notes.append("optimizer in the backward: one optimizer per parameter, stepped by its post-accumulate-grad "
+                     "hook, gradient freed at once")
+    else:
+        optimizer = build_optimizer(job.optimizer, trainable, spec.device)
     notes.append(f"trainable parameters: {sum(p.numel() for p in trainable):,} of "
                  f"{sum(p.numel() for p in model.parameters()):,}; parameters in {str(dtype).removeprefix('torch.')}")
     return model, optimizer, notes
@@ -150,8 +190,20 @@ def _training_step(spec: LlmCaseSpec, job: FinetuneJob, model: Any, optimizer: A
     import torch
 
     batches = itertools.cycle(token_batches(spec, vocab=int(model.config.vocab_size), batch=job.micro_batch,
-                                            seq_len=job.seq_len,
+                                            seq_len=row_tokens(job),
                                             count=spec.settings.warmup + spec.settings.repeats))
+    forward = model
+    if job.compile:
+        forward, backend = compile_model(torch, model, spec.device)
+        notes.append(f"torch.compile backend: {backend}"
+                     + ("" if backend == "inductor" else " (no C++ compiler here for inductor's CPU kernels)"))
+    offload = (lambda: offload_activations(torch, model, fake=False)) if job.activation_offload else nullcontext
+    if job.activation_offload:
+        notes.append("activation offload: saved tensors ≥ 1 KiB (not parameters, not the LM head's) copied to host "
+                     "memory in the forward and back in the backward")
+    if row_tokens(job) != job.seq_len:
+        notes.append(f"rows of {row_tokens(job)} tokens: padding = 'longest' at micro_batch 1 pads each example "
+                     "to its own length (sample_tokens)")
     mixed = autocast(torch, job.precision, spec.device)
     scaler = None
     if job.precision == "fp16_mixed":
@@ -162,14 +214,19 @@ def _training_step(spec: LlmCaseSpec, job: FinetuneJob, model: Any, optimizer: A
 
     def step() -> None:
         ids = next(batches)
-        with mixed:
-            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        with offload():
+            with mixed:
+                loss = forward(input_ids=ids, labels=ids, use_cache=False).loss
+            if scaler is not None:
+                scaler.scale(loss).backward()
+            else:
+                loss.backward()
+        if job.optimizer_in_backward:
+            return  # each parameter was updated, and its gradient freed, inside the backward
         if scaler is not None:
-            scaler.scale(loss).backward()
             scaler.step(optimizer)
             scaler.update()
         else:
-            loss.backward()
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -178,11 +235,12 @@ def _training_step(spec: LlmCaseSpec, job: FinetuneJob, model: Any, optimizer: A
 
 def _finetune_metrics(spec: LlmCaseSpec, job: FinetuneJob, shape: ModelShape | None, attention: str,
                       samples: list[float], notes: list[str], cost: JobCost) -> list[Metric]:
-    tokens = job.micro_batch * job.seq_len
+    tokens = job.micro_batch * data_tokens_per_row(job)
     metrics = [
         timed_metric("step_s", "s", samples, note=FINETUNE_UNIT_NOTE),
         derived_metric("tokens_per_s", "tokens/s", [tokens / s for s in samples],
-                       note="micro_batch × seq_len / step_s"),
+                       note="micro_batch × seq_len / step_s" if job.sample_tokens is None or job.packing
+                       else "micro_batch × sample_tokens (dataset tokens, padding excluded) / step_s"),
         derived_metric("samples_per_s", "samples/s", [job.micro_batch / s for s in samples],
                        note="micro_batch / step_s"),
         _job_metric("job_s", job, samples, cost),

@@ -15,7 +15,9 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscout.estimator.breakdown import MemoryBreakdown, bytes_by_category
+from gpuscout.estimator.calibration import Calibration
 from gpuscout.estimator.screen import GpuVerdict, Screening
+from gpuscout.report.calibration import calibration_block
 from gpuscout.report.estimate_detail import verdict_detail
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, one_line, plain, prose_column
@@ -132,10 +134,12 @@ def trace_table(analytic: MemoryBreakdown, traced: Mapping[str, int], traced_tot
 
 def estimate_screen(screening: Screening, *, detailed: bool, wide: bool = False, trace: TraceResult | None = None,
                     trace_analytic: MemoryBreakdown | None = None, trace_scope: str | None = None,
-                    trace_skipped: str | None = None) -> RenderableType:
-    """The screening table; every named GPU's detail; the trace beside the analytic estimate."""
+                    trace_skipped: str | None = None, calibration: Calibration | None = None) -> RenderableType:
+    """The screening table (with a line per GPU whose speed is calibrated); every named GPU's detail;
+    the trace beside the analytic estimate."""
     notes = Footnotes()
-    parts: list[RenderableType] = [screening_table(screening, notes, wide=wide), notes.flush()]
+    parts: list[RenderableType] = [screening_table(screening, notes, wide=wide), notes.flush(),
+                                   *calibration_block(calibration, (v.gpu_sku for v in screening.verdicts))]
     if detailed:
         parts += [verdict_detail(v, notes, wide=wide) for v in screening.verdicts]
         if screening.host is not None:

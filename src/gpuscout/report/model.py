@@ -13,6 +13,7 @@ from gpuscout.report.numbers import exact, gib, size
 from gpuscout.workload.image import ImageModelShape
 from gpuscout.workload.presets import LlmPreset
 from gpuscout.workload.shape import ModelShape
+from gpuscout.workload.video import VideoModelShape
 
 
 def model_table(shape: ModelShape) -> Table:
@@ -61,8 +62,21 @@ def image_model_table(model: ImageModelShape) -> Table:
     return table
 
 
-def preset_table(presets: Sequence[LlmPreset], image_ids: Sequence[str]) -> RenderableType:
-    """The built-in model presets: language models (each source a footnote), then image models."""
+def video_model_table(model: VideoModelShape) -> Table:
+    table = Table(title=f"{model.name} ({model.family}, video DiT)")
+    for col in ("component", "class"):
+        label_column(table, col)
+    number_column(table, "params")
+    label_column(table, "default dtype")
+    for c in model.components:
+        table.add_row(c.name, c.class_name, exact(c.params), c.default_dtype)
+    table.add_row("total", "", exact(model.params_total), "")
+    return table
+
+
+def preset_table(presets: Sequence[LlmPreset], image_ids: Sequence[str],
+                 video_ids: Sequence[str] = ()) -> RenderableType:
+    """The built-in model presets: language models (each source a footnote), then image and video models."""
     notes = Footnotes()
     table = Table(title="Built-in model presets")
     label_column(table, "id")
@@ -72,12 +86,16 @@ def preset_table(presets: Sequence[LlmPreset], image_ids: Sequence[str]) -> Rend
         table.add_row(p.id, p.name, notes.ref(p.source))
     for image_id in image_ids:
         table.add_row(image_id, "(image model)", "")
+    for video_id in video_ids:
+        table.add_row(video_id, "(video model)", "")
     return Group(table, notes.flush())
 
 
-def model_screen(shape: ModelShape | ImageModelShape, weights: Mapping[str, int],
+def model_screen(shape: ModelShape | ImageModelShape | VideoModelShape, weights: Mapping[str, int],
                  kv_per_token: Mapping[str, int]) -> RenderableType:
-    """A language model's shape with its weights and KV cache, or an image model's components."""
+    """A language model's shape with its weights and KV cache, or an image or video model's components."""
     if isinstance(shape, ImageModelShape):
         return image_model_table(shape)
+    if isinstance(shape, VideoModelShape):
+        return video_model_table(shape)
     return Group(model_table(shape), weights_table(weights, kv_per_token))

@@ -22,10 +22,11 @@ from gpuscout.results.beside import EstimateBeside
 from gpuscout.results.schema import BenchResult
 from gpuscout.trace.llm import TraceResult
 from gpuscout.workload.image import ImageModelShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
 from gpuscout.workload.shape import ModelShape
+from gpuscout.workload.video import VideoModelShape
 
-Job = FinetuneJob | InferenceJob | ImageJob
+Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
 
 
 def estimate_payload(job: Job, screening: Screening, trace: TraceResult | None = None,
@@ -86,10 +87,12 @@ def load_payload(result: BenchResult, costs: Sequence[LoadCost], search: SearchR
     return payload
 
 
-def model_payload(shape: ModelShape | ImageModelShape, weights: dict[str, int],
+def model_payload(shape: ModelShape | ImageModelShape | VideoModelShape, weights: dict[str, int],
                   kv_by_dtype: dict[str, int]) -> dict[str, Any]:
     if isinstance(shape, ImageModelShape):
         return {"kind": "image", **shape.model_dump(), "params_total": shape.params_total}
+    if isinstance(shape, VideoModelShape):
+        return {"kind": "video", **shape.model_dump(), "params_total": shape.params_total}
     return {"kind": "llm", "params_total": shape.params_total, "params_active": shape.params_active,
             "kv_cache_bytes_per_token": kv_by_dtype["bf16"], "kv_cache_bytes_per_token_by_dtype": kv_by_dtype,
             "weight_bytes_by_format": weights, "shape": shape.model_dump()}

@@ -22,8 +22,10 @@ from rich.text import Text
 from gpuscout.cost.billing import JobCost
 from gpuscout.cost.calculator import BilledCost, PlainCost
 from gpuscout.cost.pick import PickResult, PickRow
+from gpuscout.estimator.calibration import Calibration
 from gpuscout.estimator.fit import Suggestion
 from gpuscout.hardware.currency import USD, DisplayCurrency, ExchangeRate
+from gpuscout.report.calibration import calibration_block
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, plain, prose_column, some_ids
 from gpuscout.report.machine import machine_lines
@@ -34,13 +36,16 @@ WIDE_CAPTION = CAPTION + "; runtime band from the efficiency factors"
 PLAN_CAPTION = "plan: changes that keep the task, applied so that it fits (each step: --json)"
 TOP = 25  # ranked offers shown by default; 0 shows all
 UNIT_LABELS = {"usd_per_epoch": "/epoch", "usd_per_1m_train_tokens": "/1M tok", "usd_per_1m_output_tokens": "/1M out",
-               "usd_per_request": "/req", "usd_per_1000_images": "/1000 img"}
+               "usd_per_request": "/req", "usd_per_1000_images": "/1000 img", "usd_per_clip": "/clip"}
 
 
 def pick_screen(result: PickResult, notes: Sequence[str] = (), *, wide: bool = False,
-                top: int = TOP) -> RenderableType:
-    """The ranking, then how the offers were read (a SkyPilot import's counts)."""
-    return Group(pick_table(result, wide=wide, top=top), *[Text(n, style="dim") for n in notes])
+                top: int = TOP, calibration: Calibration | None = None) -> RenderableType:
+    """The ranking, a line per GPU whose speed is calibrated, then how the offers were read (a
+    SkyPilot import's counts)."""
+    return Group(pick_table(result, wide=wide, top=top),
+                 *calibration_block(calibration, (r.gpu_sku for r in result.rows if r.excluded is None)),
+                 *[Text(n, style="dim") for n in notes])
 
 
 def shown_rows(result: PickResult, *, wide: bool, top: int) -> tuple[tuple[PickRow, ...], int]:
@@ -156,10 +161,28 @@ def _step_words(edits: dict[str, object]) -> str:
         return f"micro-batch {edits['micro_batch']} × {edits['grad_accum']}"
     words = {"chunked_cross_entropy": "chunked loss", "gradient_checkpointing": "checkpointing",
              "optimizer_offload": "optimizer offload", "kv_cache_dtype": "fp8 KV cache", "vae_tiling": "VAE tiling",
-             "cpu_offload": "CPU offload", "attention": "SDPA attention"}
-    if edits.get("optimizer") == "adamw_8bit":
-        return "8-bit AdamW"
-    return " ".join(words.get(k) or f"{k} {v}" for k, v in edits.items())
+             "vae_slicing": "VAE slicing", "attention": "SDPA attention", "activation_offload": "activation offload",
+             "optimizer_in_backward": "optimizer in backward", "upcast_unquantized": "16-bit embeddings",
+             "enforce_eager": "no CUDA graphs", "max_num_seqs": "max_num_seqs",
+             "max_num_batched_tokens": "batch tokens"}
+    if "offload" in edits:
+        return f"{edits['offload']} CPU offload"
+    if edits.get("checkpoint_policy") == "selective":
+        return "selective checkpointing"
+    if "optimizer" in edits:
+        return OPTIMIZER_WORDS.get(str(edits["optimizer"]), f"optimizer {edits['optimizer']}")
+    return " ".join(_edit_words(words, k, v) for k, v in edits.items())
+
+
+OPTIMIZER_WORDS = {"adamw_8bit": "8-bit AdamW", "paged_adamw_8bit": "paged 8-bit AdamW",
+                   "paged_adamw_32bit": "paged AdamW"}
+
+
+def _edit_words(words: dict[str, str], key: str, value: object) -> str:
+    """A plan step in words: switches read as their name; numbers keep their value."""
+    if key not in words:
+        return f"{key} {value}"
+    return words[key] if isinstance(value, bool) else f"{words[key]} {value}"
 
 
 def unit_costs(costs: dict[str, float], shown: DisplayCurrency = USD) -> str:

@@ -29,7 +29,7 @@ MIN_MAGNITUDE = 1e-30
 
 Bytes = Annotated[int, Field(ge=0)]
 
-ResultKind = Literal["finetune", "inference", "image", "probe", "load"]
+ResultKind = Literal["finetune", "inference", "image", "video", "probe", "load"]
 FailureKind = Literal["oom", "crash", "unsupported", "timeout", "interrupted"]
 Scalar = str | int | float | bool | None
 # How the machine was rented: the tiers a price sheet knows (`hardware.offers.Tier`, kept equal by a test).

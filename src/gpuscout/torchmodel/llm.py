@@ -141,13 +141,149 @@ def autocast(torch: Any, precision: str, device: str) -> AbstractContextManager[
     return context
 
 
-def enable_checkpointing(model: Any) -> None:
-    """HF per-decoder-layer activation checkpointing, non-reentrant (no input-grad hack needed)."""
-    kwargs = {"use_reentrant": False}
+def enable_checkpointing(model: Any, policy: str = "full") -> None:
+    """HF per-decoder-layer activation checkpointing, non-reentrant (no input-grad hack needed).
+
+    policy "selective": PyTorch's selective activation checkpointing inside each checkpointed layer
+    (`create_selective_checkpoint_contexts`): matmul and attention outputs are saved, everything else
+    (norms, activations, casts, residual adds) is recomputed in the backward.
+    """
+    kwargs: dict[str, Any] = {"use_reentrant": False}
+    if policy == "selective":
+        kwargs["context_fn"] = selective_checkpoint_context
     if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5.x
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def _sac_saved_ops() -> frozenset[Any]:
+    """The ops selective checkpointing saves: matmuls and the attention kernels (as torchtitan's op-level
+    SAC policy does; its extra rule of saving only every other matmul is not used here)."""
+    import torch
+
+    aten = torch.ops.aten
+    names = ("mm", "addmm", "bmm", "baddbmm", "_scaled_dot_product_efficient_attention",
+             "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_for_cpu",
+             "_scaled_dot_product_cudnn_attention", "_flash_attention_forward", "_efficient_attention_forward")
+    return frozenset(getattr(aten, name).default for name in names if hasattr(aten, name))
+
+
+def selective_checkpoint_context() -> Any:
+    """Context pair for `torch.utils.checkpoint.checkpoint(context_fn=...)`: save matmuls, recompute the rest."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    saved = _sac_saved_ops()
+
+    def policy(_ctx: Any, op: Any, *_args: Any, **_kwargs: Any) -> Any:
+        return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)  # type: ignore[no-untyped-call]
+
+
+# Saved tensors below this size stay where they are (torchtune OffloadActivations' min_offload_size).
+MIN_OFFLOAD_BYTES = 1024
+
+
+class _HeadFlag:
+    """Set while the LM head and the loss run: their tensors are used at once by the backward, so
+    torchtune wraps the output projection in a NoOpManager and does not offload them."""
+
+    def __init__(self) -> None:
+        self.in_head = False
+
+
+class OffloadLedger:
+    """Bytes the offload hooks moved off the device in one step (what host RAM holds at the backward's start)."""
+
+    def __init__(self) -> None:
+        self.moved_bytes = 0
+
+
+def offload_activations(torch: Any, model: Any, *, fake: bool,
+                        ledger: OffloadLedger | None = None) -> AbstractContextManager[Any]:
+    """Saved-tensor hooks that move activations off the accelerator in the forward, back in the backward.
+
+    As torchtune's OffloadActivations: parameters, buffers and tensors under MIN_OFFLOAD_BYTES stay, and
+    so does everything saved from the LM head on. Real runs copy to host memory (pinned on CUDA), as
+    `torch.autograd.graph.save_on_cpu` does. `fake` (the FakeTensor memory trace, which runs on the CPU
+    device) drops the tensor and recreates one of the same layout on unpack, which is exactly what the
+    accelerator's memory sees; the host copy is counted by the host-RAM estimate instead.
+    """
+    flag = _HeadFlag()
+    head = model.get_output_embeddings()
+    handles = [model.register_forward_pre_hook(lambda *_: setattr(flag, "in_head", False)),
+               head.register_forward_pre_hook(lambda *_: setattr(flag, "in_head", True))]
+    pin = torch.cuda.is_available()
+
+    def stays(tensor: Any) -> bool:
+        return (flag.in_head or isinstance(tensor, torch.nn.Parameter)
+                or tensor.numel() * tensor.element_size() < MIN_OFFLOAD_BYTES)
+
+    def pack(tensor: Any) -> Any:
+        if stays(tensor):
+            return tensor
+        if ledger is not None:
+            ledger.moved_bytes += tensor.numel() * tensor.element_size()
+        if fake:
+            return (tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, tensor.device)
+        host = torch.empty(tensor.size(), dtype=tensor.dtype, layout=tensor.layout, pin_memory=pin)
+        host.copy_(tensor)
+        return (tensor.device, host)
+
+    def unpack(packed: Any) -> Any:
+        if isinstance(packed, torch.Tensor):
+            return packed
+        if fake:
+            size, stride, dtype, device = packed
+            return torch.empty_strided(size, stride, dtype=dtype, device=device)
+        device, host = packed
+        return host.to(device, non_blocking=pin)
+
+    return _with_cleanup(torch.autograd.graph.saved_tensors_hooks(pack, unpack), handles)
+
+
+@contextmanager
+def _with_cleanup(hooks: Any, handles: list[Any]) -> Iterator[None]:
+    try:
+        with hooks:
+            yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def optimizer_in_backward(name: str, params: list[Any], device: str) -> Any:
+    """One optimizer per parameter, stepped from `register_post_accumulate_grad_hook` as soon as the
+    parameter's gradient is complete, then the gradient freed (torchtune's optimizer_in_bwd; PyTorch's
+    "How to save memory by fusing the optimizer step into the backward pass" tutorial).
+    Returns the per-parameter optimizers (for checkpoints and memory tracking)."""
+    optimizers = {p: build_optimizer(name, [p], device) for p in params}
+
+    def step(param: Any) -> None:
+        optimizers[param].step()
+        optimizers[param].zero_grad(set_to_none=True)
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(step)
+    return optimizers
+
+
+def compile_model(torch: Any, model: Any, device: str) -> tuple[Any, str]:
+    """torch.compile with the inductor backend when it can build kernels here, else aot_eager.
+
+    On the CPU inductor writes and compiles C++ kernels; without a C++ compiler it fails at the first
+    call, so gpuscout checks for one first and says which backend ran (on CUDA it generates Triton).
+    """
+    import shutil
+
+    has_cxx = bool(shutil.which("g++") or shutil.which("c++"))
+    backend = "inductor" if has_cxx or device == "cuda" else "aot_eager"
+    with warnings.catch_warnings():
+        # Importing inductor loads torch.utils.mkldnn, which still uses a deprecated TorchScript decorator.
+        warnings.filterwarnings("ignore", message="`torch.jit.script_method` is deprecated",
+                                category=DeprecationWarning)
+        return torch.compile(model, backend=backend), backend
 
 
 def apply_lora(model: Any, rank: int, alpha: int, targets: tuple[str, ...] | str) -> Any:
@@ -179,6 +315,12 @@ def build_optimizer(name: str, params: list[Any], device: str) -> Any:
         case "adamw_8bit":
             bnb = require_bitsandbytes(device, "The 8-bit AdamW optimizer")
             return bnb.optim.AdamW8bit(params, lr=1e-5)
+        case "paged_adamw_8bit":
+            bnb = require_bitsandbytes(device, "The paged 8-bit AdamW optimizer")
+            return bnb.optim.PagedAdamW8bit(params, lr=1e-5)
+        case "paged_adamw_32bit":
+            bnb = require_bitsandbytes(device, "The paged 32-bit AdamW optimizer")
+            return bnb.optim.PagedAdamW32bit(params, lr=1e-5)
         case "sgd":
             # SGD with momentum: one state per parameter (job specs name "SGD with momentum").
             return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
@@ -189,7 +331,8 @@ def build_optimizer(name: str, params: list[Any], device: str) -> Any:
 
             adafactor: Any = Adafactor
             return adafactor(params, lr=1e-3, relative_step=False, scale_parameter=False)
-    raise SpecError(f"Unknown optimizer '{name}'.", "gpuscout runs adamw, adamw_8bit, sgd and adafactor.",
+    raise SpecError(f"Unknown optimizer '{name}'.",
+                    "gpuscout runs adamw, adamw_8bit, paged_adamw_8bit, paged_adamw_32bit, sgd and adafactor.",
                     "Pick one of those.")
 
 
@@ -206,16 +349,21 @@ def require_bitsandbytes(device: str, what: str) -> Any:
                               "pip install bitsandbytes on this GPU machine.") from None
 
 
-def bnb_4bit_config(compute_dtype: Any) -> Any:
-    """QLoRA's recipe (Dettmers et al. 2023): NF4 weights, double quantization, 16-bit compute."""
+def bnb_4bit_config(compute_dtype: Any, unquantized: tuple[str, ...] = ()) -> Any:
+    """QLoRA's recipe (Dettmers et al. 2023): NF4 weights, double quantization, 16-bit compute.
+
+    `unquantized` becomes `llm_int8_skip_modules` (it applies to 4-bit loading too); naming it replaces
+    transformers' default of keeping the output head out, so lm_head is always added.
+    """
     from transformers import BitsAndBytesConfig
 
     config: Any = BitsAndBytesConfig  # untyped in transformers' stubs
+    skip = {"llm_int8_skip_modules": ["lm_head", *unquantized]} if unquantized else {}
     return config(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                  bnb_4bit_compute_dtype=compute_dtype)
+                  bnb_4bit_compute_dtype=compute_dtype, **skip)
 
 
-def quantize_linears_nf4(model: Any, compute_dtype: Any) -> None:
+def quantize_linears_nf4(model: Any, compute_dtype: Any, unquantized: tuple[str, ...] = ()) -> None:
     """Swap every decoder linear (not the LM head) for a bitsandbytes NF4 Linear4bit, in place.
 
     For random weights: from_config cannot quantize, so the 16-bit model is built on the GPU and
@@ -224,9 +372,11 @@ def quantize_linears_nf4(model: Any, compute_dtype: Any) -> None:
     import torch
 
     bnb: Any = importlib.import_module("bitsandbytes")
+    parent_names = {id(module): name for name, module in model.named_modules()}
     for parent in list(model.modules()):
         for child_name, child in list(parent.named_children()):
-            if not isinstance(child, torch.nn.Linear) or child_name == "lm_head":
+            if not isinstance(child, torch.nn.Linear) or child_name == "lm_head" \
+                    or is_unquantized(f"{parent_names[id(parent)]}.{child_name}", unquantized):
                 continue
             quantized = bnb.nn.Linear4bit(child.in_features, child.out_features, bias=child.bias is not None,
                                           compute_dtype=compute_dtype, quant_type="nf4", device="meta")
@@ -236,6 +386,13 @@ def quantize_linears_nf4(model: Any, compute_dtype: Any) -> None:
                 quantized.bias = child.bias
             setattr(parent, child_name, quantized)
     torch.cuda.empty_cache()
+
+
+def is_unquantized(full_name: str, unquantized: tuple[str, ...]) -> bool:
+    """Whether a skip entry names this module: its leaf name, or a dotted path it ends with (the rule of
+    transformers' modules_to_not_convert; estimator/params.py counts the same modules)."""
+    leaf = full_name.rsplit(".", 1)[-1]
+    return any(entry == leaf or full_name == entry or full_name.endswith("." + entry) for entry in unquantized)
 
 
 def next_token(model: Any, ids: Any, cache: Any) -> Any:

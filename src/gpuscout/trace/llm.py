@@ -17,18 +17,23 @@ torch, transformers and peft are imported inside functions only: importing this 
 from __future__ import annotations
 
 import time
+import warnings
+from contextlib import nullcontext
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.errors import GpuscoutError
 from gpuscout.torchmodel.llm import (
+    OffloadLedger,
     apply_lora,
     autocast,
     build_causal_lm,
     build_optimizer,
     enable_checkpointing,
     next_token,
+    offload_activations,
+    optimizer_in_backward,
     param_dtype,
 )
 from gpuscout.trace.memtrace import (
@@ -44,7 +49,8 @@ from gpuscout.trace.memtrace import (
 from gpuscout.workload.hf_config import config_with_depth
 
 Precision = Literal["fp32", "bf16_mixed", "bf16", "fp16_mixed"]
-OptimizerName = Literal["adamw", "adamw_8bit", "sgd", "adafactor"]
+OptimizerName = Literal["adamw", "adamw_8bit", "sgd", "adafactor", "paged_adamw_8bit", "paged_adamw_32bit"]
+CheckpointPolicy = Literal["full", "selective"]
 Method = Literal["full", "lora", "qlora"]
 Attention = Literal["sdpa", "eager"]
 WeightDtype = Literal["fp32", "bf16", "fp16"]
@@ -84,6 +90,8 @@ class TraceResult(BaseModel):
     wall_s: float
     device: str
     notes: tuple[str, ...]
+    # With activation_offload: bytes the hooks moved off the device in the traced step (host RAM's share).
+    offloaded_bytes: int | None = None
 
 
 def trace_finetune_step(
@@ -100,8 +108,17 @@ def trace_finetune_step(
     gradient_checkpointing: bool = False,
     attention: Attention = "sdpa",
     num_layers: int | None = None,
+    checkpoint_policy: CheckpointPolicy = "full",
+    activation_offload: bool = False,
+    optimizer_in_bwd: bool = False,
 ) -> TraceResult:
-    """Trace one steady-state training step (optimizer states already exist) and report its peaks."""
+    """Trace one steady-state training step (optimizer states already exist) and report its peaks.
+
+    The training settings of docs/estimator.md §2.14 run as the real code paths: selective checkpointing
+    through PyTorch's SAC contexts, activation offloading through saved-tensor hooks (what leaves the
+    device is dropped and recreated on unpack: the device's view of a host copy), and the optimizer in
+    the backward through post-accumulate-grad hooks.
+    """
     _refuse_bitsandbytes(method, optimizer)
     require_positive(micro_batch=micro_batch, seq_len=seq_len, lora_rank=lora_rank)
     torch = import_trace_stack("transformers", *(["peft"] if method == "lora" else []))
@@ -110,30 +127,42 @@ def trace_finetune_step(
     start_s = time.perf_counter()
     model = _build_model(hf_config, attention, num_layers, param_dtype(torch, precision, method))
     if gradient_checkpointing:
-        enable_checkpointing(model)
+        enable_checkpointing(model, checkpoint_policy)
     if method == "lora":
         model = apply_lora(model, lora_rank, lora_alpha, lora_target_modules)
     model.train()
     with explain_fake_failures(_FAKE_FAILURE, _FAKE_FAILURE_FIX), FakeTensorMode():
         materialize_fake(model)
-        opt = build_optimizer(optimizer, [p for p in model.parameters() if p.requires_grad], "cpu")
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        per_param = optimizer_in_backward(optimizer, trainable, "cpu") if optimizer_in_bwd else None
+        opts = tuple(per_param.values()) if per_param else (build_optimizer(optimizer, trainable, "cpu"),)
         vocab = int(model.config.vocab_size)
+        ledger = OffloadLedger()
 
         def step(batch: int, tokens: int) -> None:
             ids = torch.randint(0, vocab, (batch, tokens))
-            with autocast(torch, precision, "cpu"):
-                loss = model(input_ids=ids, labels=ids, use_cache=False).loss
-            loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
+            ledger.moved_bytes = 0
+            offload = offload_activations(torch, model, fake=True, ledger=ledger) if activation_offload \
+                else nullcontext()
+            with offload:
+                with autocast(torch, precision, "cpu"):
+                    loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+                loss.backward()
+            for opt in () if per_param else opts:
+                opt.step()
+                opt.zero_grad(set_to_none=True)
 
         # Warm-up, untracked and tiny: optimizer states are created lazily by the first step, and a
         # real run's peak (every step after the first) has them resident.
         step(1, min(seq_len, _WARMUP_SEQ_LEN))
         tracker = category_peak_tracker()
-        tracker.track_external(model, opt)
-        with tracker:
-            step(micro_batch, seq_len)
+        with warnings.catch_warnings():
+            # MemTracker warns on the parameters' None gradients, which the optimizer in the backward
+            # frees as soon as each update is done.
+            warnings.filterwarnings("ignore", message="Expected a tensor or a traceable wrapper-subclass")
+            tracker.track_external(model, *opts)
+            with tracker:
+                step(micro_batch, seq_len)
     wall_s = time.perf_counter() - start_s
     notes = (
         _NOTE_GPU_ONLY,
@@ -144,7 +173,8 @@ def trace_finetune_step(
         *_precision_notes(precision, method),
         at_peak_note(tracker),
     )
-    return _result("finetune", tracker, wall_s, notes)
+    result = _result("finetune", tracker, wall_s, notes)
+    return result.model_copy(update={"offloaded_bytes": ledger.moved_bytes}) if activation_offload else result
 
 
 def trace_inference_step(
@@ -194,7 +224,7 @@ def trace_inference_step(
 
 
 def _refuse_bitsandbytes(method: str, optimizer: str) -> None:
-    if method == "qlora" or optimizer == "adamw_8bit":
+    if method == "qlora" or optimizer in ("adamw_8bit", "paged_adamw_8bit", "paged_adamw_32bit"):
         raise GpuscoutError(
             "Trace mode cannot run QLoRA/8-bit optimizers on this machine.",
             "bitsandbytes kernels (4-bit weights, 8-bit optimizer states) need CUDA, and fake tensors cannot run them.",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpuscout.errors import GpuscoutError, SpecError, UnknownNameError
-from gpuscout.workload.job import CoServed, InferenceJob
+from gpuscout.workload.job import CoServed, InferenceJob, ServedModel
 from gpuscout.workload.resolve import resolve_llm
 from gpuscout.workload.shape import ModelShape
 from gpuscout.workload.validate import validate_llm_job
@@ -37,14 +37,12 @@ def served_jobs(job: InferenceJob) -> tuple[InferenceJob, ...]:
 
 
 def co_served_job(job: InferenceJob, other: CoServed) -> InferenceJob:
-    return InferenceJob(
-        kind="inference", name=label(other.model, other.name), model=other.model, weights=other.weights,
-        int4_group_size=other.int4_group_size, kv_cache_dtype=other.kv_cache_dtype,
-        prompt_tokens=other.prompt_tokens, output_tokens=other.output_tokens, concurrency=other.concurrency,
-        engine=job.engine, gpu_memory_utilization=job.gpu_memory_utilization,
-        max_num_batched_tokens=other.max_num_batched_tokens, tensor_parallel=job.tensor_parallel,
-        requests=other.requests, allow_long_context=other.allow_long_context,
-    )
+    # Every per-model field (ServedModel's) comes from the co-served table, so a field added there is
+    # never silently dropped; the GPUs, tensor parallelism and engine are the job's.
+    own = {name: getattr(other, name) for name in ServedModel.model_fields}
+    return InferenceJob(kind="inference", name=label(other.model, other.name), engine=job.engine,
+                        gpu_memory_utilization=job.gpu_memory_utilization, tensor_parallel=job.tensor_parallel,
+                        **own)
 
 
 def label(model: str, name: str | None) -> str:

@@ -12,7 +12,14 @@ Training FLOPs per micro-batch of T = b·s tokens (forward pass first, then mult
     LoRA/QLoRA 2 × linears + 3 × attention + 2 × LM head + 3 × adapters
                (forward 2P, input grads 2P, no weight grads for frozen weights ≈ 4P per token;
                docs/estimator.md §3.2, "my derivation")
-    checkpointing  + one more forward of the decoder layers (≈ +2P, i.e. +1/3 of 6P)
+    checkpointing  + one more forward of the decoder layers (≈ +2P, i.e. +1/3 of 6P); selective
+               checkpointing saves the matmul and attention outputs, so it recomputes no FLOPs that count
+
+Tokens a micro-batch computes (docs/estimator.md §2.14): micro_batch rows of `row_tokens` each. A row
+is seq_len long when packed or when every example fills seq_len (sample_tokens unset); unpacked
+examples of mean length sample_tokens are padded to seq_len ("max_length"), or to the longest of the
+batch ("longest": the mean itself at micro_batch 1, seq_len otherwise, as the longest is unknown).
+With packing and FlashAttention's varlen kernel, attention runs per document of sample_tokens.
 """
 
 from __future__ import annotations
@@ -44,9 +51,10 @@ class TrainFlops:
 
 def training_flops(job: FinetuneJob, shape: ModelShape) -> TrainFlops:
     """FLOPs of one training micro-batch of `job` (see the module docstring for the rules)."""
-    tokens = job.micro_batch * job.seq_len
+    row = row_tokens(job)
+    tokens = job.micro_batch * row
     linear = 2.0 * tokens * sum(g.active_count * g.params_each for g in shape.linears)
-    attention = attention_forward_flops(shape, job.micro_batch, job.seq_len, eager=job.attention == "eager")
+    attention = _attention_flops(job, shape, row)
     head = 2.0 * tokens * shape.hidden_size * shape.vocab_size
     if job.method == "full":
         adapter, head_step = 0.0, 3 * head
@@ -54,7 +62,8 @@ def training_flops(job: FinetuneJob, shape: ModelShape) -> TrainFlops:
     else:
         adapter, head_step = 2.0 * tokens * lora_adapter_params(shape, job.lora, active=True), 2 * head
         useful = 2 * linear + 3 * attention + 2 * head + 3 * adapter
-    recompute = linear + attention + adapter if job.gradient_checkpointing else 0.0
+    full_recompute = job.gradient_checkpointing and job.checkpoint_policy == "full"
+    recompute = linear + attention + adapter if full_recompute else 0.0
     return TrainFlops(linear, attention, head, adapter, head_step, useful + recompute, useful)
 
 
@@ -62,7 +71,40 @@ def training_flops_rule(job: FinetuneJob) -> str:
     """The multiples of the forward pass that `training_flops` adds up, in words."""
     rule = ("3 × (linears + attention + LM head)" if job.method == "full"
             else "2 × linears + 3 × attention + 2 × LM head + 3 × adapters")
-    return rule + (" + recompute of the layers" if job.gradient_checkpointing else "")
+    full_recompute = job.gradient_checkpointing and job.checkpoint_policy == "full"
+    return rule + (" + recompute of the layers" if full_recompute else "")
+
+
+def row_tokens(job: FinetuneJob) -> int:
+    """Tokens one row of a micro-batch computes, padding included (see the module docstring)."""
+    if job.packing or job.sample_tokens is None:
+        return job.seq_len
+    if job.padding == "longest" and job.micro_batch == 1:
+        return job.sample_tokens
+    return job.seq_len
+
+
+def data_tokens_per_row(job: FinetuneJob) -> float:
+    """Dataset tokens one row carries: seq_len when packed (or unset), else one example's mean length."""
+    if job.packing or job.sample_tokens is None:
+        return float(job.seq_len)
+    return float(job.sample_tokens)
+
+
+def micro_batches_per_rank(job: FinetuneJob, ranks: int) -> float:
+    """Micro-batches each data-parallel rank runs over the whole job (rows of data / rows per batch)."""
+    rows = job.dataset_tokens * job.epochs / data_tokens_per_row(job)
+    return rows / (job.micro_batch * ranks)
+
+
+def _attention_flops(job: FinetuneJob, shape: ModelShape, row: int) -> float:
+    """Per packed row: each document attends only within itself under FlashAttention varlen (TRL's
+    padding-free packing needs flash_attention_2); SDPA and eager see one causal row of seq_len."""
+    eager = job.attention == "eager"
+    if job.packing and job.sample_tokens is not None and job.attention == "flash":
+        docs = job.seq_len / job.sample_tokens
+        return docs * attention_forward_flops(shape, job.micro_batch, job.sample_tokens, eager=False)
+    return attention_forward_flops(shape, job.micro_batch, row, eager=eager)
 
 
 def attention_forward_flops(shape: ModelShape, batch: int, seq: int, *, eager: bool) -> float:

@@ -32,6 +32,9 @@ class ImageComponent(Frozen):
     library: Literal["diffusers", "transformers"]
     class_name: str  # UNet2DConditionModel, FluxTransformer2DModel, CLIPTextModel, T5EncoderModel …
     params: int  # exact, from the class built on the meta device from the stored config
+    # Parameters of the largest leaf module, what sequential CPU offload holds on the GPU at once
+    # (meta device, like `params`); None: unknown, and the estimate takes the whole component.
+    largest_module_params: int | None = None
     # Dtype the weights occupy on the GPU in the reference diffusers pipeline (a DTYPE_BYTES key).
     default_dtype: str
     config_source: str  # hub URL of the config.json stored with the preset

@@ -1,10 +1,11 @@
 """Job specs: a TOML file describing the job, mapped 1:1 onto typed, validated models.
 
-Three kinds, told apart by the top-level `kind` key:
+Four kinds, told apart by the top-level `kind` key:
 
     kind = "finetune"   # full / LoRA / QLoRA training of a language model
     kind = "inference"  # serving a language model: prompts, outputs, concurrency, SLOs
     kind = "image"      # diffusion image generation
+    kind = "video"      # diffusion video generation (Wan, LTX-Video, CogVideoX, HunyuanVideo)
 
 Validation here is what can be checked from the spec alone. Checks that need the model (context
 beyond its maximum, LoRA rank above the hidden size) live in `estimate.validate`.
@@ -21,7 +22,11 @@ from gpuscout.errors import SpecError
 from gpuscout.userfile import MAX_JOB_BYTES, printable, read_user_toml, shown
 
 Precision = Literal["fp32", "bf16_mixed", "bf16", "fp16_mixed"]
-Optimizer = Literal["adamw", "adamw_8bit", "sgd", "adafactor"]
+Optimizer = Literal["adamw", "adamw_8bit", "sgd", "adafactor", "paged_adamw_8bit", "paged_adamw_32bit"]
+CheckpointPolicy = Literal["full", "selective"]
+Padding = Literal["max_length", "longest"]
+# Most names an `unquantized_modules` list may hold: far past a model's few dozen distinct linears.
+MAX_SKIP_MODULES = 256
 Method = Literal["full", "lora", "qlora"]
 Sharding = Literal["none", "zero1", "zero2", "zero3", "fsdp"]
 Attention = Literal["flash", "sdpa", "eager"]
@@ -29,6 +34,9 @@ WeightFormat = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 KvDtype = Literal["fp32", "bf16", "fp16", "fp8"]
 Engine = Literal["vllm", "hf"]
 ImageDtype = Literal["fp32", "bf16", "fp16"]
+# diffusers offload: "model" = enable_model_cpu_offload (one whole component on the GPU at a time),
+# "sequential" = enable_sequential_cpu_offload (one leaf module at a time; far slower).
+Offload = Literal["none", "model", "sequential"]
 
 # Upper bounds on the numbers of a job (docs/design.md §4.10). Each is far past any real job, and
 # small enough that the estimator, the speed model and the billing arithmetic stay finite and fast:
@@ -96,6 +104,51 @@ class FinetuneJob(Spec):
     # QLoRA only: peft's prepare_model_for_kbit_training (called by TRL, axolotl and the QLoRA recipe) casts
     # every non-4-bit parameter to fp32 (docs/estimator.md §2.3). False for unsloth or a recipe that skips it.
     upcast_unquantized: bool = True
+    # --- training settings (docs/estimator.md §2.14); each default keeps a spec's old meaning ---
+    # torch.compile on the model (inductor): fused kernels, faster steps.
+    compile: bool = False
+    # With gradient_checkpointing: "full" recomputes each decoder layer; "selective" saves matmul
+    # outputs and recomputes only pointwise ops (PyTorch's selective activation checkpointing).
+    checkpoint_policy: CheckpointPolicy = "full"
+    # Saved activations go to pinned host RAM (torch.autograd.graph.save_on_cpu; torchtune's
+    # enable_activation_offloading), about one layer's worth stays on the GPU.
+    activation_offload: bool = False
+    # FSDP CPUOffload(offload_params=True) / ZeRO-3 offload_param: parameters, gradients and optimizer
+    # states live in host RAM; one unit is gathered onto the GPU at a time.
+    offload_params: bool = False
+    # The optimizer updates each parameter as soon as its gradient is ready and frees the gradient
+    # (register_post_accumulate_grad_hook; torchtune optimizer_in_bwd). No gradient accumulation.
+    optimizer_in_backward: bool = False
+    # QLoRA: linear modules kept in 16-bit (bitsandbytes llm_int8_skip_modules / modules_to_not_convert),
+    # by leaf name ("lm_head", "down_proj") or dotted path.
+    unquantized_modules: tuple[Name, ...] = Field((), max_length=MAX_SKIP_MODULES)
+    # Several examples packed into each seq_len row (TRL packing=True): no padding.
+    packing: bool = False
+    # Mean tokens per training example; None: every example fills seq_len (the old meaning).
+    sample_tokens: int | None = Field(None, gt=0, le=MAX_CONTEXT)
+    # Without packing: pad each example to seq_len ("max_length") or each batch to its longest ("longest").
+    padding: Padding = "max_length"
+
+    @model_validator(mode="after")
+    def _settings(self) -> FinetuneJob:
+        if self.checkpoint_policy == "selective" and not self.gradient_checkpointing:
+            raise ValueError('checkpoint_policy = "selective" needs gradient_checkpointing = true '
+                             "(it chooses what the checkpointed layers save); set both, or drop checkpoint_policy")
+        if self.optimizer_in_backward and self.grad_accum > 1:
+            raise ValueError(f"optimizer_in_backward updates each weight inside the backward, so gradients cannot "
+                             f"accumulate over grad_accum = {self.grad_accum} micro-batches; set grad_accum = 1 "
+                             f"(raise micro_batch to {self.micro_batch * self.grad_accum} for the same batch) "
+                             "or drop optimizer_in_backward")
+        if self.offload_params and self.sharding not in ("fsdp", "zero3"):
+            raise ValueError('offload_params is FSDP / ZeRO-3 parameter offload; set sharding = "fsdp" '
+                             '(or "zero3"), which works on one GPU too, or drop offload_params')
+        if self.unquantized_modules and self.method != "qlora":
+            raise ValueError("unquantized_modules names linears kept out of 4-bit quantization, so it needs "
+                             'method = "qlora"; drop it for full and LoRA fine-tunes')
+        if self.sample_tokens is not None and self.sample_tokens > self.seq_len:
+            raise ValueError(f"sample_tokens ({self.sample_tokens}) is the mean example length and cannot exceed "
+                             f"seq_len ({self.seq_len}), where examples are cut; raise seq_len or lower sample_tokens")
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> FinetuneJob:
@@ -122,8 +175,32 @@ class ServedModel(Spec):
     output_tokens: int = Field(256, gt=0, le=MAX_CONTEXT)
     concurrency: int = Field(1, gt=0, le=MAX_CONCURRENCY)
     max_num_batched_tokens: int = Field(8192, gt=0, le=100_000_000)
+    # vLLM engine settings (docs/estimator.md §2.8). max_num_seqs None = vLLM V1's default for the
+    # GPU: 1024 on GPUs of 70 GiB or more that are not A100s, else 256 (vllm/engine/arg_utils.py).
+    max_num_seqs: int | None = Field(None, gt=0, le=MAX_CONCURRENCY)
+    enforce_eager: bool = False  # no CUDA graphs: frees their memory, slows decode
+    enable_prefix_caching: bool = True  # vLLM V1's default
+    # Share of each prompt found in the prefix cache (a shared system prompt): not recomputed.
+    prefix_hit_rate: float = Field(0.0, ge=0, lt=1)
     requests: int = Field(1000, gt=0, le=MAX_COUNT)
     allow_long_context: bool = False
+    # Quantized weights only: linears kept 16-bit (llm_int8_skip_modules / modules_to_not_convert),
+    # by leaf name ("lm_head", "down_proj") or dotted path (docs/estimator.md §2.14).
+    unquantized_modules: tuple[Name, ...] = Field((), max_length=MAX_SKIP_MODULES)
+
+    @model_validator(mode="after")
+    def _skip_needs_quantized_weights(self) -> ServedModel:
+        if self.unquantized_modules and self.weights not in ("fp8", "int8", "int4"):
+            raise ValueError(f"unquantized_modules keeps linears out of weight quantization, but weights = "
+                             f"{self.weights!r} quantizes nothing; set weights to fp8, int8 or int4, or drop it")
+        return self
+
+    @model_validator(mode="after")
+    def _hits_need_the_prefix_cache(self) -> ServedModel:
+        if self.prefix_hit_rate and not self.enable_prefix_caching:
+            raise ValueError(f"prefix_hit_rate = {self.prefix_hit_rate} needs enable_prefix_caching = true "
+                             "(without the cache every prompt is computed in full); enable it or drop the rate")
+        return self
 
     @property
     def context_tokens(self) -> int:
@@ -181,7 +258,14 @@ class ImageJob(Spec):
     dtype: ImageDtype = "fp16"
     attention: Attention = "sdpa"
     vae_tiling: bool = False
-    cpu_offload: bool = False  # diffusers enable_model_cpu_offload: one component on the GPU at a time
+    # diffusers vae.enable_slicing(): the batch is decoded one image at a time (docs/estimator.md §2.10).
+    vae_slicing: bool = False
+    offload: Offload = "none"  # diffusers CPU offload (see Offload); `cpu_offload = true` still means "model"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_offload_spelling(cls, data: Any) -> Any:
+        return _legacy_cpu_offload(data)
 
     @model_validator(mode="after")
     def _multiple_of_eight(self) -> ImageJob:
@@ -190,17 +274,61 @@ class ImageJob(Spec):
         return self
 
 
-Job = Annotated[FinetuneJob | InferenceJob | ImageJob, Field(discriminator="kind")]
-_JOB_ADAPTER: TypeAdapter[FinetuneJob | InferenceJob | ImageJob] = TypeAdapter(Job)
+def _legacy_cpu_offload(data: Any) -> Any:
+    """Accept the old `cpu_offload = true/false` spelling as offload "model"/"none"."""
+    if not isinstance(data, dict) or "cpu_offload" not in data:
+        return data
+    data = dict(data)
+    old = data.pop("cpu_offload")
+    if not isinstance(old, bool):
+        raise ValueError("cpu_offload must be true or false (or use offload = \"none\", \"model\" or \"sequential\")")
+    if "offload" in data and data["offload"] != ("model" if old else "none"):
+        raise ValueError("cpu_offload and offload disagree; keep only offload")
+    data.setdefault("offload", "model" if old else "none")
+    return data
 
 
-def parse_job(data: dict[str, Any], *, origin: str = "job spec") -> FinetuneJob | InferenceJob | ImageJob:
+MAX_FRAMES = 10_000  # frames per clip: 7 minutes at 24 fps, far past any model's trained length
+
+
+class VideoJob(Spec):
+    """Text-to-video with a diffusers video pipeline (Wan, LTX-Video, CogVideoX, HunyuanVideo)."""
+
+    kind: Literal["video"]
+    name: Name = "video generation"
+    model: ModelRef
+    width: int = Field(832, gt=0, le=16384)
+    height: int = Field(480, gt=0, le=16384)
+    frames: int = Field(81, gt=0, le=MAX_FRAMES)  # pixel frames per clip (the model checks its own 4k+1 rule)
+    steps: int = Field(50, gt=0, le=10_000)
+    batch: int = Field(1, gt=0, le=MAX_BATCH)  # clips per pipeline call
+    guidance: bool = True  # classifier-free guidance: a conditional and an unconditional pass
+    clips: int = Field(100, gt=0, le=MAX_COUNT)
+    dtype: ImageDtype = "bf16"
+    attention: Attention = "sdpa"
+    vae_tiling: bool = False  # diffusers vae.enable_tiling(): spatial tiles (and temporal ones where supported)
+    offload: Offload = "none"
+
+    @model_validator(mode="after")
+    def _multiple_of_eight(self) -> VideoJob:
+        if self.width % 8 or self.height % 8:
+            raise ValueError("width and height must be multiples of 8 (the VAE downsamples by 8)")
+        return self
+
+
+Job = Annotated[FinetuneJob | InferenceJob | ImageJob | VideoJob, Field(discriminator="kind")]
+_JOB_ADAPTER: TypeAdapter[FinetuneJob | InferenceJob | ImageJob | VideoJob] = TypeAdapter(Job)
+
+
+def parse_job(
+    data: dict[str, Any], *, origin: str = "job spec"
+) -> FinetuneJob | InferenceJob | ImageJob | VideoJob:
     """Validate a job spec already read into a dict; errors name the field and the fix."""
     if "kind" not in data:
         raise SpecError(
             f"{origin} has no `kind`.",
             "gpuscout needs to know which kind of job this is.",
-            'Add a top-level line: kind = "finetune", "inference" or "image".',
+            'Add a top-level line: kind = "finetune", "inference", "image" or "video".',
         )
     try:
         return _JOB_ADAPTER.validate_python(data)
@@ -208,7 +336,7 @@ def parse_job(data: dict[str, Any], *, origin: str = "job spec") -> FinetuneJob 
         raise _spec_error(origin, exc) from None
 
 
-def load_job(path: Path) -> FinetuneJob | InferenceJob | ImageJob:
+def load_job(path: Path) -> FinetuneJob | InferenceJob | ImageJob | VideoJob:
     """Read a TOML job spec. Malformed TOML points at the line; invalid values name the field."""
     fix = "Check the path; examples live in examples/*.toml."
     data = read_user_toml(path, "job spec", fix, max_bytes=MAX_JOB_BYTES)

@@ -16,13 +16,14 @@ from pathlib import Path
 from gpuscout.errors import SpecError
 from gpuscout.workload.colocated import resolve_colocated
 from gpuscout.workload.image import ImageModelShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, load_job, parse_job
-from gpuscout.workload.resolve import resolve_image, resolve_llm
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob, load_job, parse_job
+from gpuscout.workload.resolve import resolve_image, resolve_llm, resolve_video
 from gpuscout.workload.shape import ModelShape
 from gpuscout.workload.validate import validate_llm_job
+from gpuscout.workload.video import VideoModelShape
 
-Job = FinetuneJob | InferenceJob | ImageJob
-Model = ModelShape | ImageModelShape
+Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
+Model = ModelShape | ImageModelShape | VideoModelShape
 
 
 def examples_dir() -> Path:
@@ -59,6 +60,8 @@ def resolve_job_model(job: Job, base_dir: Path | None) -> Model:
     """The job's model shape, with the job checked against it."""
     if isinstance(job, ImageJob):
         return resolve_image(job.model)
+    if isinstance(job, VideoJob):
+        return resolve_video(job.model)
     shape = resolve_llm(job.model, base_dir=base_dir)
     validate_llm_job(job, shape)
     if isinstance(job, InferenceJob) and job.co_served:

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import math
 
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
+from gpuscout.workload.flops import data_tokens_per_row, micro_batches_per_rank
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
 
-Job = FinetuneJob | InferenceJob | ImageJob
+Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
 
 
 def job_repeats(job: Job, *, concurrency: int | None = None) -> tuple[float, str]:
@@ -31,14 +32,17 @@ def job_repeats(job: Job, *, concurrency: int | None = None) -> tuple[float, str
         case FinetuneJob():
             ranks = job.gpus // job.tensor_parallel
             per_rank = f" / {ranks} data-parallel ranks" if ranks > 1 else ""
-            return (job.dataset_tokens * job.epochs / (job.micro_batch * job.seq_len) / ranks,
+            row = data_tokens_per_row(job)  # seq_len, or one padded sample's real tokens (flops.py)
+            return (micro_batches_per_rank(job, ranks),
                     f"dataset_tokens {job.dataset_tokens:,} × epochs {job.epochs:g} / (micro_batch {job.micro_batch} "
-                    f"× seq_len {job.seq_len}){per_rank} micro-batches")
+                    f"× {row:,.0f} data tokens per row){per_rank} micro-batches")
         case InferenceJob():
             level = concurrency or job.concurrency
             return job.requests / level, f"requests {job.requests:,} / concurrency {level} generations"
         case ImageJob():
             return float(math.ceil(job.images / job.batch)), f"ceil(images {job.images:,} / batch {job.batch}) batches"
+        case VideoJob():
+            return float(math.ceil(job.clips / job.batch)), f"ceil(clips {job.clips:,} / batch {job.batch}) batches"
     raise AssertionError(job)
 
 
@@ -46,8 +50,7 @@ def checkpoint_saves(job: Job) -> int:
     """Checkpoints a fine-tune saves on its way (none for other jobs, or when the spec sets no interval)."""
     if not isinstance(job, FinetuneJob) or job.checkpoint_every_steps is None:
         return 0
-    tokens_per_step = job.micro_batch * job.seq_len * job.grad_accum * (job.gpus // job.tensor_parallel)
-    steps = math.ceil(job.dataset_tokens * job.epochs / tokens_per_step)
+    steps = math.ceil(micro_batches_per_rank(job, job.gpus // job.tensor_parallel) / job.grad_accum)
     return steps // job.checkpoint_every_steps
 
 

@@ -11,6 +11,7 @@ from gpuscout.workload.hf_config import load_hf_config, shape_from_hf_config
 from gpuscout.workload.image import ImageModelShape, image_preset_ids, load_image_preset
 from gpuscout.workload.presets import llm_preset_config, llm_preset_ids, load_llm_preset
 from gpuscout.workload.shape import ModelShape
+from gpuscout.workload.video import VideoModelShape, load_video_preset, video_preset_ids
 
 
 def resolve_llm(ref: str, *, base_dir: Path | None = None) -> ModelShape:
@@ -33,20 +34,26 @@ def resolve_image(ref: str) -> ImageModelShape:
     return load_image_preset(ref)
 
 
-def resolve_any(ref: str, *, base_dir: Path | None = None) -> ModelShape | ImageModelShape:
-    """For `gpuscout model`: a language model if the name is one, else an image model preset."""
+def resolve_video(ref: str) -> VideoModelShape:
+    return load_video_preset(ref)
+
+
+def resolve_any(ref: str, *, base_dir: Path | None = None) -> ModelShape | ImageModelShape | VideoModelShape:
+    """For `gpuscout model`: a language model if the name is one, else an image or video model preset."""
     try:
         return resolve_llm(ref, base_dir=base_dir)
     except UnknownNameError as llm_error:
-        try:
-            return resolve_image(ref)
-        except UnknownNameError:
-            raise UnknownNameError(
-                llm_error.what,
-                "It is neither a path, a language-model preset nor an image-model preset.",
-                f"Use a config.json path, a model directory, or one of: "
-                f"{', '.join(llm_preset_ids() + image_preset_ids())}.",
-            ) from None
+        for resolve in (resolve_image, resolve_video):
+            try:
+                return resolve(ref)
+            except UnknownNameError:
+                continue
+        raise UnknownNameError(
+            llm_error.what,
+            "It is neither a path, a language-model preset nor an image- or video-model preset.",
+            f"Use a config.json path, a model directory, or one of: "
+            f"{', '.join(llm_preset_ids() + image_preset_ids() + video_preset_ids())}.",
+        ) from None
 
 
 def _existing_path(ref: str, base_dir: Path | None) -> Path | None:

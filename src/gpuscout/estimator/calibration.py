@@ -1,0 +1,535 @@
+"""Calibration: efficiency factors learned from the user's own bench results (docs/estimator.md §3.11).
+
+The default factors (`efficiency.toml`) come from published measurements of other people's software
+on other machines. A bench result holds the real thing: the job, the GPU, and the measured time of
+each phase. Re-estimating the same job on the same catalog GPU with the defaults pairs every measured
+phase time with the estimated one:
+
+    training step (step_s) → "training"     TTFT (ttft_s) → "prefill"     TPOT (tpot_s) → "decode"
+    denoiser step (denoiser_step_s) → "image", or "video" for a DiT denoiser where that kind exists
+
+Per (GPU SKU, phase) the multiplier k is the geometric mean of measured / estimated. A phase's time
+is max(FLOPs / (peak × compute), bytes / (bandwidth × bandwidth factor)), so dividing both factors by
+k multiplies the time by k: the calibrated factors are default / k, clamped to at most 1 (a clamp is
+recorded and shown: the estimate then stays slower than the measurement). The band becomes a 95%
+prediction interval of the log ratio, never narrower than the measurement noise and never wider than
+the default band.
+
+A calibration is active for `estimate_speed(..., calibration=...)` or inside
+`efficiency.calibrated(...)`; the file lives in the user's config folder (`default_calibration_path`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any, cast
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.estimator.efficiency import EFFICIENCY_KINDS, Efficiency, calibrated, default_efficiency
+from gpuscout.hardware.catalog import Gpu, lookup_gpu
+from gpuscout.results.schema import BenchResult, Case, Metric
+from gpuscout.stats import t975
+from gpuscout.userfile import MIB, parse_user_toml, printable, read_user_text, shown
+
+CALIBRATION_VERSION = 1
+MAX_CALIBRATION_BYTES = 4 * MIB  # ~10,000 observations; a real file holds tens
+# Floor of the log-space spread: repeats that agree to the last digit still carry the timer's and the
+# clock's jitter. ASSUMPTION: 1% is the smallest run-to-run spread gpuscout trusts; torch.utils.benchmark
+# flags a spread (IQR/median) above 10% as noisy, so 1% is an order of magnitude below "noisy".
+MIN_SD = 0.01
+# The band is never narrower than GPUs of one SKU differ from each other: a calibration is used to time
+# the job on other machines of that SKU (pick). Sinha et al., "Not All GPUs Are Created Equal" (SC22,
+# arXiv 2208.11035): 8% average performance variation (max 22%) across GPUs of the same SKU in a cluster.
+SKU_VARIATION = 0.08
+FILE_NAME = "calibration.toml"
+_FIX = "Run `gpuscout calibrate RESULT.json …` again to rewrite it, or pass --no-calibration."
+
+
+# ---------------------------------------------------------------- observations ----------------
+
+@dataclass(frozen=True)
+class Observation:
+    """One measured phase time beside the default estimate of the same job on the same GPU."""
+
+    gpu_sku: str
+    phase: str  # an efficiency kind: training, prefill, decode, image (video where it exists)
+    measured_s: float
+    estimated_s: float
+    machine: str  # the GPU's name as the driver reported it (and the host CPU)
+    date: date
+    source: str  # "sha256:<hex>" of the result file
+    case: str = ""
+    noise_sd: float | None = None  # log-space SD of the measured samples; None with a single sample
+    samples: int = 1
+    gpuscout_version: str = ""
+
+    @property
+    def log_ratio(self) -> float:
+        return math.log(self.measured_s / self.estimated_s)
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """The observations one result gave, and why any of it could not be used."""
+
+    observations: tuple[Observation, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+
+# ---------------------------------------------------------------- the fitted calibration -------
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CalibrationEntry(_Frozen):
+    """The fit for one GPU and phase: time multiplier, spread, band, and where it came from."""
+
+    gpu_sku: str = Field(min_length=1, max_length=255)
+    phase: str = Field(min_length=1, max_length=40)
+    factor: float = Field(gt=0, lt=1e6)  # measured / estimated, geometric mean over the runs
+    sd: float = Field(gt=0, lt=100)  # log-space spread the band is built from
+    runs: int = Field(ge=1)
+    band_low: float = Field(gt=0, le=1)
+    band_high: float = Field(ge=1)
+    clamped: bool = False  # default / factor exceeded 1 and was held at 1
+    machines: tuple[str, ...] = ()
+    first_date: date
+    last_date: date
+    gpuscout_version: str = ""
+    sources: tuple[str, ...] = ()
+
+
+class Calibration(_Frozen):
+    """Fitted entries and the observations they were fitted from (kept, so a later run can refit)."""
+
+    version: int = CALIBRATION_VERSION
+    entries: tuple[CalibrationEntry, ...] = ()
+    observations: tuple[ObservationRecord, ...] = ()
+
+    def entry(self, gpu_sku: str, phase: str) -> CalibrationEntry | None:
+        return next((e for e in self.entries if e.gpu_sku == gpu_sku and e.phase == phase), None)
+
+    def efficiency_for(self, gpu: Gpu, phase: str, default: Efficiency) -> Efficiency:
+        """`default` with its compute and bandwidth factors divided by the fitted multiplier (at most 1)
+        and the fitted band; `default` itself where this GPU and phase have no entry."""
+        found = self.entry(gpu.sku, phase)
+        return default if found is None else apply_entry(found, default)
+
+    def gpus(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(e.gpu_sku for e in self.entries))
+
+
+class ObservationRecord(_Frozen):
+    """An `Observation` as the file keeps it."""
+
+    gpu_sku: str = Field(min_length=1, max_length=255)
+    phase: str = Field(min_length=1, max_length=40)
+    measured_s: float = Field(gt=0, lt=1e12)
+    estimated_s: float = Field(gt=0, lt=1e12)
+    machine: str = Field(max_length=500)
+    date: date
+    source: str = Field(max_length=200)
+    case: str = Field("", max_length=500)
+    noise_sd: float | None = Field(None, ge=0, lt=100)
+    samples: int = Field(1, ge=1)
+    gpuscout_version: str = Field("", max_length=100)
+
+    @classmethod
+    def of(cls, obs: Observation) -> ObservationRecord:
+        return cls(**{name: getattr(obs, name) for name in cls.model_fields})
+
+    def observation(self) -> Observation:
+        return Observation(**self.model_dump())
+
+
+Calibration.model_rebuild()
+
+
+def apply_entry(entry: CalibrationEntry, default: Efficiency) -> Efficiency:
+    """The calibrated factors: default / factor, clamped to (0, 1]; the band within the default's."""
+    compute = min(default.compute / entry.factor, 1.0)
+    bandwidth = min(default.bandwidth / entry.factor, 1.0)
+    low = min(max(entry.band_low, default.band_low), 1.0)
+    high = max(min(entry.band_high, default.band_high), 1.0)
+    if not low < high:  # a default band of exactly 1 at one end: keep the default band
+        low, high = default.band_low, default.band_high
+    note = (f"calibrated: measured/estimated {entry.factor:.3g} over {entry.runs} run(s) on "
+            f"{', '.join(entry.machines) or entry.gpu_sku}, {entry.last_date.isoformat()}"
+            + (" (clamped at 1: the measurement beat the roofline at the default factors)" if entry.clamped else ""))
+    return default.model_copy(update={"compute": compute, "bandwidth": bandwidth, "band_low": low,
+                                      "band_high": high, "source": f"{note} | default: {default.source}"})
+
+
+# ---------------------------------------------------------------- fitting ----------------------
+
+def fit_calibration(observations: Iterable[Observation]) -> Calibration:
+    """Fit every (GPU SKU, phase) the observations cover; the observations are kept in the result."""
+    kept = list(_deduplicated(observations))
+    groups: dict[tuple[str, str], list[Observation]] = {}
+    for obs in kept:
+        groups.setdefault((obs.gpu_sku, obs.phase), []).append(obs)
+    entries = tuple(_fit_group(sku, phase, group) for (sku, phase), group in sorted(groups.items()))
+    return Calibration(entries=entries, observations=tuple(ObservationRecord.of(o) for o in kept))
+
+
+def merge_calibration(old: Calibration | None, new: Iterable[Observation]) -> Calibration:
+    """Refit over the old file's observations and the new ones (a re-read result replaces its twin)."""
+    previous = [r.observation() for r in old.observations] if old is not None else []
+    return fit_calibration([*previous, *new])
+
+
+def _deduplicated(observations: Iterable[Observation]) -> Iterable[Observation]:
+    """One observation per (result file, case, GPU, phase): calibrating a file twice counts it once."""
+    by_key: dict[tuple[str, str, str, str], Observation] = {}
+    for obs in observations:
+        _check_observation(obs)
+        by_key[(obs.source, obs.case, obs.gpu_sku, obs.phase)] = obs
+    return by_key.values()
+
+
+def _check_observation(obs: Observation) -> None:
+    if obs.phase not in EFFICIENCY_KINDS:
+        raise SpecError(f"Observation phase {obs.phase!r} is not an efficiency kind.",
+                        "A calibration replaces the factors of one phase kind of the speed model.",
+                        f"Use one of: {', '.join(EFFICIENCY_KINDS)}.")
+    for name in ("measured_s", "estimated_s"):
+        value = getattr(obs, name)
+        if not (math.isfinite(value) and value > 0):
+            raise SpecError(f"Observation {name} = {value!r} is not a positive time.",
+                            "A time ratio needs two positive, finite times.", "Pass measured and estimated seconds.")
+
+
+def _fit_group(sku: str, phase: str, group: Sequence[Observation]) -> CalibrationEntry:
+    logs = [o.log_ratio for o in group]
+    n = len(logs)
+    factor = math.exp(statistics.fmean(logs))
+    noise = _pooled_noise(group)
+    residual = statistics.stdev(logs) if n > 1 else 0.0
+    sd = max(residual, noise or 0.0, MIN_SD)
+    # Degrees of freedom of the spread: the runs' own, or with one run its repeats' (docs §3.11).
+    dof = n - 1 if n > 1 else group[0].samples - 1
+    half = t975(dof) * sd * math.sqrt(1 + 1 / n)  # a 95% prediction interval for one more run
+    half = max(half, math.log1p(SKU_VARIATION))
+    default = _default_for(sku, phase)
+    clamped = default is not None and max(default.compute, default.bandwidth) / factor > 1.0
+    low, high = (math.exp(-half), math.exp(half)) if math.isfinite(half) else (0.0, math.inf)
+    if default is not None:
+        low, high = max(low, default.band_low), min(high, default.band_high)
+        if clamped:  # held at 1, the estimate is slower than the measurement: keep the optimistic end
+            low = default.band_low
+    low, high = min(max(low, 1e-9), 1.0), max(high, 1.0)
+    dates = sorted(o.date for o in group)
+    return CalibrationEntry(
+        gpu_sku=sku, phase=phase, factor=factor, sd=sd, runs=n, band_low=low, band_high=min(high, 1e6),
+        clamped=clamped, machines=tuple(dict.fromkeys(o.machine for o in group if o.machine)),
+        first_date=dates[0], last_date=dates[-1],
+        gpuscout_version=max((o.gpuscout_version for o in group), key=_version_key, default=""),
+        sources=tuple(dict.fromkeys(o.source for o in group)))
+
+
+def _pooled_noise(group: Sequence[Observation]) -> float | None:
+    """Root mean square of the runs' own spreads (None when no run had two samples)."""
+    known = [o.noise_sd for o in group if o.noise_sd is not None]
+    return math.sqrt(statistics.fmean(s * s for s in known)) if known else None
+
+
+def _default_for(sku: str, phase: str) -> Efficiency | None:
+    gpu = lookup_gpu(sku)
+    if gpu is None:
+        return None
+    with calibrated(None):
+        return default_efficiency(gpu, phase)
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    parts = [p for p in version.split(".") if p.isdigit()]
+    return tuple(int(p) for p in parts)
+
+
+# ---------------------------------------------------------------- results → observations -------
+
+# Measured metric → efficiency kind, per result kind. The denoiser's kind is decided per model.
+_LLM_PAIRS = {"finetune": (("step_s", "training"),), "inference": (("ttft_s", "prefill"), ("tpot_s", "decode"))}
+DENOISER_METRIC = "denoiser_step_s"
+
+
+def observations_from_result(result: BenchResult, path: Path, *, digest: str,
+                             base_dirs: Sequence[Path] = ()) -> Extracted:
+    """Every usable measured phase of `result` beside its default estimate.
+
+    A load result, a probe result and cases that failed or ran disturbed are skipped with a reason; a
+    GPU the catalog does not know, or a job that cannot be re-estimated, is a SpecError."""
+    if result.kind == "load":
+        return Extracted(skipped=(f"{path.name}: skipped: a load result records the client machine, not the "
+                                  "server's GPU, engine or batch settings, so its TTFT/TPOT cannot be re-estimated; "
+                                  "bench the job on that GPU instead",))
+    if result.kind == "probe" or not result.job:
+        return Extracted(skipped=(f"{path.name}: skipped: a probe result measures the machine, not a job",))
+    gpu = result_gpu(result, path)
+    job, model = _job_and_model(result, path, base_dirs)
+    observations: list[Observation] = []
+    skipped: list[str] = []
+    for case in result.cases:
+        if case.failure is not None:
+            skipped.append(f"{path.name}: case {case.name!r} skipped: it failed ({case.failure.kind})")
+            continue
+        # A finding with a side effect (throttling, another tenant, CPU steal) means the times describe
+        # that disturbance as much as the GPU (docs/measurement.md §1.13).
+        disturbed = [f.kind for t in case.telemetry for f in t.findings if f.side_effect]
+        if disturbed:
+            skipped.append(f"{path.name}: case {case.name!r} skipped: its run was disturbed "
+                           f"({', '.join(dict.fromkeys(disturbed))}), so its times do not describe this GPU")
+            continue
+        found, why = _case_observations(result, case, job, model, gpu, digest)
+        observations += found
+        skipped += [f"{path.name}: case {case.name!r}: {w}" for w in why]
+    return Extracted(observations=tuple(observations), skipped=tuple(skipped))
+
+
+def result_gpu(result: BenchResult, path: Path) -> Gpu:
+    """The catalog GPU a result was measured on; anything else is a SpecError saying what was found."""
+    fp = result.fingerprint
+    gpu = lookup_gpu(fp.gpu_sku) if fp.gpu_sku else None
+    if gpu is None and fp.gpu_name:
+        gpu = lookup_gpu(fp.gpu_name)
+    if gpu is not None and result.fixed.device == "cuda":
+        return gpu
+    found = [f"device {result.fixed.device!r}", f"GPU name {shown(fp.gpu_name) if fp.gpu_name else 'none'}",
+             f"catalog SKU {shown(fp.gpu_sku) if fp.gpu_sku else 'none'}", f"{fp.gpu_count} GPU(s)",
+             f"CPU {shown(fp.cpu_model)}"]
+    why = ("It ran on the CPU; the speed model has no CPU entry, so there is no estimate to calibrate."
+           if result.fixed.device == "cpu" else
+           "A calibration is kept per catalog GPU, and the estimate needs that GPU's peak rates.")
+    raise SpecError(f"{path}: no catalog GPU to calibrate (found: {'; '.join(found)}).", why,
+                    "Pass bench results measured on a GPU that `gpuscout gpus` lists (bench --device cuda); "
+                    "a GPU missing from the catalog needs its entry in gpus.toml first.")
+
+
+def _job_and_model(result: BenchResult, path: Path, base_dirs: Sequence[Path]) -> tuple[Any, Any]:
+    from gpuscout.workload.job import parse_job
+    from gpuscout.workload.jobs import resolve_job_model
+
+    job = parse_job(dict(result.job), origin=f"{path} (the job it recorded)")
+    last: GpuscoutError | None = None
+    for base in (*base_dirs, None):
+        try:
+            return job, resolve_job_model(cast(Any, job), base)  # video jobs: as the estimator learns them
+        except GpuscoutError as exc:
+            last = exc
+    assert last is not None
+    raise SpecError(f"{path}: cannot re-estimate its job: {last.what}", last.why,
+                    "Run calibrate from the folder the job spec's model path is relative to, or bench with a "
+                    "preset id or an absolute model path.")
+
+
+def _case_observations(result: BenchResult, case: Case, job: Any, model: Any, gpu: Gpu,
+                       digest: str) -> tuple[list[Observation], list[str]]:
+    """The case's measured phases beside the default estimate of the job at the case's size."""
+    from gpuscout.estimator.speed import estimate_speed
+
+    sized = _at_case_size(job, case)
+    try:
+        with calibrated(None):
+            speed = estimate_speed(sized, model, gpu)
+    except GpuscoutError as exc:
+        return [], [f"no estimate: {exc.what}"]
+    measured = _measured(case)
+    out: list[Observation] = []
+    why: list[str] = []
+    for metric_name, phase in _pairs(result.kind, model):
+        metric = measured.get(metric_name)
+        estimated = _estimated(metric_name, speed)
+        if metric is None or not metric.value > 0:
+            continue
+        if estimated is None or not estimated > 0:
+            why.append(f"{metric_name} has no estimated twin")
+            continue
+        out.append(_observation(result, case, metric, estimated, gpu, phase, digest))
+    return out, why
+
+
+def _at_case_size(job: Any, case: Case) -> Any:
+    """The job at the case's size (a bench measures concurrency 1 beside the job's own, …)."""
+    fields = type(job).model_fields
+    updates = {k: v for k, v in case.params.items() if k in fields and k != "kind" and v is not None
+               and getattr(job, k) != v}
+    return type(job).model_validate({**job.model_dump(), **updates}) if updates else job
+
+
+def _measured(case: Case) -> dict[str, Metric]:
+    """The case's metrics by name; a depth slice's full-depth extrapolation stands for the whole model."""
+    sliced = case.layers is not None
+    return {m.name.removesuffix("_full_depth"): m for m in case.metrics if m.extrapolated == sliced}
+
+
+def _pairs(kind: str, model: Any) -> tuple[tuple[str, str], ...]:
+    if kind in _LLM_PAIRS:
+        return _LLM_PAIRS[kind]
+    return ((DENOISER_METRIC, denoiser_kind(kind, model)),)
+
+
+def denoiser_kind(result_kind: str, model: Any) -> str:
+    """'video' for a video job or a DiT denoiser where efficiency.toml has a video row, else 'image'."""
+    if "video" in EFFICIENCY_KINDS and (result_kind == "video" or getattr(model, "denoiser_kind", "") == "dit"):
+        return "video"
+    return "image"
+
+
+def _estimated(metric_name: str, speed: Any) -> float | None:
+    if metric_name == DENOISER_METRIC:
+        step = next((p for p in speed.phases if p.name.startswith("denoiser")), None)
+        return None if step is None else float(step.seconds)
+    value = speed.metrics.get(metric_name)
+    return None if value is None else float(value)
+
+
+def _observation(result: BenchResult, case: Case, metric: Metric, estimated: float, gpu: Gpu, phase: str,
+                 digest: str) -> Observation:
+    samples = [s for s in metric.samples if s > 0]
+    noise = statistics.stdev(math.log(s) for s in samples) if len(samples) > 1 else None
+    fp = result.fingerprint
+    machine = fp.gpu_name or gpu.name
+    return Observation(gpu_sku=gpu.sku, phase=phase, measured_s=metric.value, estimated_s=estimated,
+                       machine=printable(machine, 120), date=result.created_at.date(), source=f"sha256:{digest}",
+                       case=printable(case.name, 200), noise_sd=noise, samples=max(len(samples), 1),
+                       gpuscout_version=printable(fp.gpuscout_version, 40))
+
+
+def file_digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def read_observations(paths: Sequence[Path]) -> tuple[list[Observation], list[str]]:
+    """Every observation the result files give, and what was skipped; none at all is a SpecError."""
+    from gpuscout.results.store import load_result
+    from gpuscout.userfile import MAX_RESULT_BYTES, read_user_bytes
+
+    observations: list[Observation] = []
+    skipped: list[str] = []
+    for path in paths:
+        result = load_result(path)
+        digest = file_digest(read_user_bytes(path, "result file", "Pass a bench result file.",
+                                             max_bytes=MAX_RESULT_BYTES))
+        found = observations_from_result(result, path, digest=digest, base_dirs=(path.parent, Path.cwd()))
+        observations += found.observations
+        skipped += found.skipped
+    if not observations:
+        raise SpecError("None of the results holds a measured phase time to calibrate from.",
+                        "; ".join(skipped) or "No case of theirs finished.",
+                        "Pass bench results (gpuscout bench JOB.toml -o FILE on the GPU) with finished cases.")
+    return observations, skipped
+
+
+# ---------------------------------------------------------------- the file ---------------------
+
+def default_calibration_path() -> Path:
+    """$XDG_CONFIG_HOME/gpuscout/calibration.toml, else ~/.config/gpuscout/calibration.toml.
+
+    The XDG Base Directory spec says a relative XDG_CONFIG_HOME is invalid and must be ignored."""
+    base = os.environ.get("XDG_CONFIG_HOME", "")
+    folder = Path(base) if base and Path(base).is_absolute() else Path.home() / ".config"
+    return folder / "gpuscout" / FILE_NAME
+
+
+def load_calibration(path: Path) -> Calibration:
+    """A calibration file, checked: TOML, this version or older, every field valid."""
+    text = read_user_text(path, "calibration file", _FIX, max_bytes=MAX_CALIBRATION_BYTES)
+    data = parse_user_toml(text, str(path), _FIX)
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise SpecError(f"{path} is not a gpuscout calibration file: its version is {shown(version)}.",
+                        "gpuscout writes `version = 1` at the top of every calibration file.", _FIX)
+    if version > CALIBRATION_VERSION:
+        raise SpecError(f"{path} is calibration version {version}; this gpuscout reads version "
+                        f"{CALIBRATION_VERSION}.", "It was written by a newer gpuscout.",
+                        "Upgrade gpuscout, or pass --no-calibration (or another file with --calibration).")
+    body = {"version": version, "entries": data.get("entry", []), "observations": data.get("observation", [])}
+    try:
+        calibration = Calibration.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(printable(str(p), 40) for p in first["loc"])
+        raise SpecError(f"{path} is not a valid calibration file: {where}: {printable(first['msg'])}.",
+                        f"{len(exc.errors())} field(s) do not match calibration version {CALIBRATION_VERSION}.",
+                        _FIX) from None
+    _check_kinds(path, calibration)
+    return calibration
+
+
+def _check_kinds(path: Path, calibration: Calibration) -> None:
+    phases = [e.phase for e in calibration.entries] + [o.phase for o in calibration.observations]
+    unknown = [p for p in phases if p not in EFFICIENCY_KINDS]
+    if unknown:
+        raise SpecError(f"{path}: unknown phase {shown(unknown[0])}.",
+                        f"A calibration entry is for one of the speed model's kinds: {', '.join(EFFICIENCY_KINDS)}.",
+                        _FIX)
+
+
+def save_calibration(calibration: Calibration, path: Path) -> None:
+    from gpuscout.outfile import write_atomic
+
+    write_atomic(path, calibration_toml(calibration), what="calibration file")
+
+
+def calibration_toml(calibration: Calibration) -> str:
+    """The file's text: a header, the entries, then the observations they were fitted from."""
+    lines = ["# gpuscout calibration: efficiency factors fitted to your own bench results",
+             "# (docs/estimator.md §3.11). Written by `gpuscout calibrate`; rerun it to add results.",
+             "# factor = measured / estimated time (geometric mean); calibrated efficiency = default / factor.",
+             f"version = {CALIBRATION_VERSION}", ""]
+    for entry in calibration.entries:
+        lines += ["[[entry]]", *_toml_fields(entry.model_dump()), ""]
+    for obs in calibration.observations:
+        lines += ["[[observation]]", *_toml_fields(obs.model_dump()), ""]
+    return "\n".join(lines)
+
+
+def _toml_fields(fields: dict[str, Any]) -> list[str]:
+    return [f"{key} = {_toml_value(value)}" for key, value in fields.items() if value is not None]
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value) if isinstance(value, int) or math.isfinite(value) else "inf"
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    # A JSON string is a TOML basic string once DEL, which TOML also requires escaped, is.
+    return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+# ---------------------------------------------------------------- choosing one ----------------
+
+@dataclass(frozen=True)
+class ActiveCalibration:
+    """The calibration estimate and pick use, and the file it came from (None: none is used)."""
+
+    calibration: Calibration | None = None
+    path: Path | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+def active_calibration(explicit: Path | None = None, *, use: bool = True) -> ActiveCalibration:
+    """--calibration FILE, else the default file where it exists; nothing with use=False."""
+    if not use:
+        return ActiveCalibration()
+    if explicit is not None:
+        return ActiveCalibration(calibration=load_calibration(explicit), path=explicit)
+    path = default_calibration_path()
+    if not path.is_file():
+        return ActiveCalibration()
+    return ActiveCalibration(calibration=load_calibration(path), path=path)
