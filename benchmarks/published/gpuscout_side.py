@@ -79,6 +79,22 @@ def _spec_error_text(exc: Exception) -> str:
     return _one_line(text, 200)
 
 
+# Baseline mode: an older gpuscout cannot parse settings added since; its user would have left
+# them out, so they are dropped (and the point is estimated without them) rather than skipped.
+LENIENT = False
+
+
+def _known_keys(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec without top-level keys this gpuscout's job class for the kind does not know."""
+    from gpuscout.workload import job as jobs
+
+    classes = {"finetune": "FinetuneJob", "inference": "InferenceJob", "image": "ImageJob", "video": "VideoJob"}
+    cls = getattr(jobs, classes.get(str(spec.get("kind")), ""), None)
+    if cls is None:
+        return spec
+    return {k: v for k, v in spec.items() if k in cls.model_fields}
+
+
 def _setup(wire: dict[str, Any]) -> tuple[Any, Any, Any]:
     """The parsed job, its model shape and the catalog GPU; an unparsable job is Inexpressible."""
     from gpuscout.errors import GpuscoutError
@@ -87,9 +103,15 @@ def _setup(wire: dict[str, Any]) -> tuple[Any, Any, Any]:
     from gpuscout.workload.resolve import resolve_image, resolve_llm
     from gpuscout.workload.shape import ModelShape
 
+    spec = _known_keys(dict(wire["job"])) if LENIENT else dict(wire["job"])
     try:
-        job = parse_job(dict(wire["job"]), origin=f"point {wire['id']}")
-        model = resolve_image(job.model) if job.kind == "image" else resolve_llm(job.model)
+        job = parse_job(spec, origin=f"point {wire['id']}")
+        if job.kind == "video":  # older trees have no video kind: parse_job has refused the point by now
+            from gpuscout.workload.resolve import resolve_video
+
+            model = resolve_video(job.model)
+        else:
+            model = resolve_image(job.model) if job.kind == "image" else resolve_llm(job.model)
     except GpuscoutError as exc:
         raise Inexpressible(_spec_error_text(exc)) from None
     if isinstance(job, FinetuneJob | InferenceJob) and isinstance(model, ModelShape):
@@ -236,6 +258,8 @@ def main() -> int:
     """Baseline mode: JSON list of points on stdin → {"gpuscout": its path, "results": [...]} on stdout."""
     import gpuscout
 
+    global LENIENT
+    LENIENT = True
     wires = json.load(sys.stdin)
     json.dump({"gpuscout": gpuscout.__file__, "results": [estimate_point(w) for w in wires]}, sys.stdout)
     return 0

@@ -515,9 +515,9 @@ def calibrate(results: Sequence[str | Path], *, output: str | Path | None = None
         default_calibration_path,
         load_calibration,
         merge_calibration,
-        read_observations,
         save_calibration,
     )
+    from gpuscout.results.calibration_inputs import read_observations
 
     if not results:
         raise SpecError("calibrate needs at least one result file.",

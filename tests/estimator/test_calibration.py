@@ -24,12 +24,9 @@ from gpuscout.estimator.calibration import (
     active_calibration,
     calibration_toml,
     default_calibration_path,
-    denoiser_kind,
     fit_calibration,
     load_calibration,
     merge_calibration,
-    read_observations,
-    result_gpu,
     save_calibration,
 )
 from gpuscout.estimator.efficiency import EFFICIENCY_KINDS, calibrated, default_efficiency
@@ -37,6 +34,7 @@ from gpuscout.estimator.speed import estimate_speed
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.measure.bench import run_bench
 from gpuscout.measure.harness import BenchSettings
+from gpuscout.results.calibration_inputs import denoiser_kind, read_observations, result_gpu
 from gpuscout.results.schema import BenchResult, Case, Fingerprint
 from gpuscout.results.store import load_result, save_result
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob

@@ -172,6 +172,8 @@ TRACE_CASES = [
     ("cogvideox-2b", 256, 256, 17, "eager", False),
     ("cogvideox-2b", 1024, 1024, 17, "sdpa", True),
     ("cogvideox-5b", 512, 512, 33, "sdpa", False),
+    ("ltx-video", 704, 480, 161, "sdpa", False),
+    ("ltx-video", 1024, 1024, 17, "sdpa", True),
 ]
 
 

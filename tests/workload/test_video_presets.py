@@ -40,7 +40,7 @@ def _largest_leaf(model: Any) -> tuple[int, str]:
 
 def test_preset_ids() -> None:
     assert set(video_preset_ids()) == {"tiny-wan", "wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "cogvideox-2b",
-                                       "cogvideox-5b"}
+                                       "cogvideox-5b", "ltx-video"}
 
 
 @pytest.mark.parametrize(("alias", "preset_id"), [("Wan-AI/Wan2.1-T2V-1.3B-Diffusers", "wan2.1-t2v-1.3b"),
@@ -124,6 +124,23 @@ def test_cogvideox_sequence_joins_the_text() -> None:
     assert wan.sequence(832, 480, 81) == wan.tokens(832, 480, 81)  # Wan's text enters by cross-attention
 
 
+def test_ltx_shape_matches_its_configs() -> None:
+    shape = load_video_preset("ltx-video")
+    configs = video_component_configs("ltx-video")
+    dit, vae = configs["transformer"], configs["vae"]
+    built = _build_on_meta("diffusers", vae)
+    assert shape.attention_heads == dit["num_attention_heads"] and shape.num_layers == dit["num_layers"]
+    assert shape.hidden_size == dit["cross_attention_dim"] and shape.ffn_dim == 4 * shape.hidden_size
+    assert shape.text_dim == dit["caption_channels"] == configs["text_encoder"]["d_model"]
+    assert shape.latent_channels == dit["in_channels"] == vae["latent_channels"]
+    assert (shape.patch_size, shape.patch_size_t) == (dit["patch_size"], dit["patch_size_t"]) == (1, 1)
+    assert shape.vae_scale_spatial == built.spatial_compression_ratio
+    assert shape.vae_scale_temporal == built.temporal_compression_ratio
+    assert shape.vae_tile == (built.tile_sample_min_width, built.tile_sample_min_height)
+    assert shape.vae_decode_whole_clip and not built.use_framewise_decoding
+    assert shape.guidance_batched and not shape.text_in_sequence
+
+
 @pytest.mark.parametrize("preset_id", WAN_IDS)
 def test_shape_matches_its_configs(preset_id: str) -> None:
     shape = load_video_preset(preset_id)
@@ -169,7 +186,7 @@ def test_real_cogvideox_decoder_has_the_temporal_and_spatial_compression() -> No
     assert tuple(out.shape) == (1, 3, (5 - 1) * shape.vae_scale_temporal + 1, 32, 32)
 
 
-@pytest.mark.parametrize("preset_id", ["tiny-wan", "wan2.1-t2v-1.3b", "cogvideox-2b"])
+@pytest.mark.parametrize("preset_id", ["tiny-wan", "wan2.1-t2v-1.3b", "cogvideox-2b", "ltx-video"])
 def test_vae_flops_per_pixel_match_torchs_flop_counter(preset_id: str) -> None:
     torch = pytest.importorskip("torch")
     from torch._subclasses.fake_tensor import FakeTensorMode
@@ -183,12 +200,12 @@ def test_vae_flops_per_pixel_match_torchs_flop_counter(preset_id: str) -> None:
     for latent_frames in (3, 5):
         with FakeTensorMode():
             materialize_fake(vae)
-            z = torch.empty(1, 16, latent_frames, 16, 16)
+            z = torch.empty(1, shape.latent_channels, latent_frames, 16, 16)
             counter = FlopCounterMode(display=False)
             with counter, torch.no_grad():
                 vae.decode(z, return_dict=False)
         counted.append(counter.get_total_flops())
-    per_frame = (counted[1] - counted[0]) / 2 / (128 * 128)
+    per_frame = (counted[1] - counted[0]) / 2 / (16 * shape.vae_scale_spatial) ** 2
     assert per_frame == pytest.approx(shape.vae_decode_flops_per_px_frame, rel=0.01)
 
 

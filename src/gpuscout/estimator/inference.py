@@ -209,10 +209,14 @@ def reserve_term(utilization: float, usable: int) -> MemoryTerm:
 
 
 def kv_budget_bytes(job: InferenceJob, shape: ModelShape, gpu: Gpu) -> int:
-    """What vLLM hands the KV cache: usable × utilization − (weights + profiled peak + non-torch
-    + graphs), as `determine_available_memory` computes it (graphs inside since vLLM 0.21)."""
+    """What vLLM hands the KV cache: usable × utilization − (weights + profiled peak + non-torch).
+
+    CUDA graphs are captured after the KV cache is sized and come out of the (1 − utilization)
+    margin: every V1 log with the split balances without them (vLLM 0.31 on an A100: 72.91 − 15.26
+    − 1.44 = 56.21 GiB; llm-d-benchmark's H100 rows the same way), docs/estimator.md §2.8."""
     terms = inference_terms(job.model_copy(update={"concurrency": 1}), shape, usable_memory_bytes(gpu), gpu)
-    held = sum(t.bytes for t in terms if t.category != "kv_cache" and t.name != "engine reserve")
+    outside = ("engine reserve", "CUDA graphs")
+    held = sum(t.bytes for t in terms if t.category != "kv_cache" and t.name not in outside)
     return int(usable_memory_bytes(gpu) * job.gpu_memory_utilization - held)
 
 

@@ -69,7 +69,9 @@ def dit_forward_flops(model: VideoModelShape, tokens: int, eager: bool = False) 
 
 
 def vae_decode_chunks(model: VideoModelShape, frames: int) -> int:
-    """Decoder calls per clip: latent frames / latent frames per chunk (at least one)."""
+    """Decoder calls per clip: latent frames / latent frames per chunk (at least one; one for a whole-clip VAE)."""
+    if model.vae_decode_whole_clip:
+        return 1
     return max(model.latent_frames(frames) // model.vae_decode_latent_frames, 1)
 
 

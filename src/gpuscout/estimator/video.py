@@ -44,7 +44,9 @@ from gpuscout.workload.video import VideoComponent, VideoModelShape, check_video
 # the slope over its joint text + video sequence): 2B 12.03 D, 5B 13.07 D (its fp32 rotary
 # embedding adds about 1 D); the same 7 D + 1.55 ffn = 13.2 D over-estimates them by 10% and 1%,
 # the safe side, so one fit serves both families.
-DIT_LIVE_D = 7.0
+# LTX-Video 0.9.0 (D 2048, ffn 4 D, cross-attention to 128 T5 tokens) traces 16.06 D per token
+# (768 → 6,930 tokens, 16.0 D over 192 → 1,280), above 13.2 D: its own D coefficient, 9.9 (16.1 D).
+DIT_LIVE_D: dict[str, float] = {"wan": 7.0, "cogvideox": 7.0, "ltx": 9.9}
 DIT_LIVE_FFN = 1.55
 # Fixed denoiser activations: the 512 text-token states and cross-attention K/V (traced 5.6 MiB at
 # 1.3B, 19 MiB at 14B: about 3 text_tokens × (text_dim + D) values; counted as that).
@@ -62,7 +64,10 @@ DIT_MATH_SCORE_COPIES = 4
 #   chunk, which carries the conv cache of the one before: 9 frames, one chunk, trace 25% less);
 #   tiled, 22.3 over one 360 × 240 tile at 720×480, 512² and 1024². 22.5 keeps the estimate at or
 #   just above every trace.
-VAE_LIVE: dict[str, float] = {"wan": 13.0, "cogvideox": 22.5}
+# * AutoencoderKLLTXVideo (the whole clip in one call, 128 ch at the last level): 0.393–0.395
+#   units of (frames × H × W × 128) besides the clip itself at 256², 512² (17, 33 frames) and
+#   704×480×161, bf16; one 512² tile of 1024² when tiled. 0.38 + the clip stays 0.3–2% above.
+VAE_LIVE: dict[str, float] = {"wan": 13.0, "cogvideox": 22.5, "ltx": 0.38}
 
 
 def estimate_video_memory(job: VideoJob, model: VideoModelShape, gpu: Gpu) -> MemoryBreakdown:
@@ -136,14 +141,15 @@ def denoiser_batch(job: VideoJob, model: VideoModelShape) -> int:
 def denoiser_term(job: VideoJob, model: VideoModelShape) -> MemoryTerm:
     ab = DTYPE_BYTES[job.dtype]
     s = model.sequence(job.width, job.height, job.frames)
-    per_token = DIT_LIVE_D * model.hidden_size + DIT_LIVE_FFN * model.ffn_dim
+    live_d = DIT_LIVE_D[model.family]
+    per_token = live_d * model.hidden_size + DIT_LIVE_FFN * model.ffn_dim
     # Cross-attention keeps the text states and their K/V; text in the sequence is already in S.
     text = 0.0 if model.text_in_sequence else DIT_TEXT_LIVE * model.text_tokens * (model.text_dim + model.hidden_size)
     scores = DIT_MATH_SCORE_COPIES * model.attention_heads * s * s if job.attention == "eager" else 0.0
     batch = denoiser_batch(job, model)
     nbytes = batch * (s * per_token + text + scores) * ab
     joined = f" ({model.text_tokens} text + video)" if model.text_in_sequence else ""
-    how = f"{s:,} tokens{joined} × ({DIT_LIVE_D:g}·D + {DIT_LIVE_FFN:g}·ffn)"
+    how = f"{s:,} tokens{joined} × ({live_d:g}·D + {DIT_LIVE_FFN:g}·ffn)"
     if scores:
         how += f" + eager scores {DIT_MATH_SCORE_COPIES}·{model.attention_heads}·S²"
     if model.guidance_batched:
@@ -166,7 +172,7 @@ def vae_decode_term(job: VideoJob, model: VideoModelShape) -> MemoryTerm:
     ab = DTYPE_BYTES[component_dtype(job, model.component("vae"))]
     side_w, side_h = decode_side(job, model)
     width = model.vae_decoder_channels[-1]
-    chunk = model.vae_scale_temporal * model.vae_decode_latent_frames  # pixel frames per decoded chunk
+    chunk = model.decode_chunk_frames(job.frames)  # pixel frames the decoder holds at once
     live = VAE_LIVE[model.family]
     working = live * chunk * side_w * side_h * width * ab
     clip = job.frames * 3 * job.width * job.height * ab

@@ -172,6 +172,10 @@ def _transformer_inputs(job: VideoJob, shape: VideoModelShape, transformer: Any,
 
     text = torch.randn(job.batch, shape.text_tokens, shape.text_dim, dtype=dtype, device=device)
     timestep = torch.full((job.batch,), 500, dtype=torch.long, device=device)
+    if shape.family == "ltx":  # LTXPipeline: packed (batch, tokens, channels) latents and the latent grid
+        from gpuscout.torchmodel.video import ltx_transformer_inputs
+
+        return ltx_transformer_inputs(torch, shape, lat, job.batch, dtype, device, torch.randn)
     if shape.family != "cogvideox":
         latents = torch.randn(job.batch, shape.latent_channels, *lat, dtype=dtype, device=device)
         return {"hidden_states": latents, "timestep": timestep, "encoder_hidden_states": text}

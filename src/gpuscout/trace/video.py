@@ -1,8 +1,9 @@
 """Trace mode for video models: one transformer forward and one VAE decode on fake tensors.
 
-Wan 2.1 (WanTransformer3DModel, AutoencoderKLWan) and CogVideoX (CogVideoXTransformer3DModel,
-AutoencoderKLCogVideoX) take their inputs in different layouts; `_denoiser_inputs` builds what each
-pipeline passes (WanPipeline / CogVideoXPipeline in diffusers 0.42.1).
+Wan 2.1 (WanTransformer3DModel, AutoencoderKLWan), CogVideoX (CogVideoXTransformer3DModel,
+AutoencoderKLCogVideoX) and LTX-Video (LTXVideoTransformer3DModel, AutoencoderKLLTXVideo) take
+their inputs in different layouts; `_denoiser_inputs` builds what each pipeline passes
+(WanPipeline / CogVideoXPipeline / LTXPipeline in diffusers 0.42.1).
 
 The real diffusers modules are built on the meta device from the preset's stored configs, made
 fake (`trace.memtrace.materialize_fake`) and run under FakeTensorMode with MemTracker, as
@@ -22,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from gpuscout.torchmodel.image import ImageAttention, build_image_model
+from gpuscout.torchmodel.video import ltx_transformer_inputs
 from gpuscout.trace.image import _as_module, _phase_peak, weight_bytes
 from gpuscout.trace.memtrace import explain_fake_failures, import_trace_stack, materialize_fake, require_positive
 from gpuscout.workload.job import ImageDtype
@@ -74,7 +76,8 @@ def trace_video_step(preset_id: str, *, width: int, height: int, frames: int, dt
         materialize_fake(vae)
         inputs = _denoiser_inputs(torch, shape, configs[shape.component("denoiser").name], lat, batch, dtypes[dtype])
         with _math_attention(torch, joint and attention == "eager"):
-            dit_peak = _phase_peak(transformer, lambda: transformer(**inputs, return_dict=False), inputs)
+            dit_peak = _phase_peak(transformer, lambda: transformer(**inputs, return_dict=False),
+                                   _tensor_inputs(torch, inputs))
         latents = torch.empty(batch, shape.latent_channels, *lat, dtype=vae_dtype)
         decode = _as_module(vae.decode)
         vae_peak = _phase_peak(decode, lambda: decode(latents, return_dict=False), {"z": latents})
@@ -90,6 +93,8 @@ def _denoiser_inputs(torch: Any, shape: VideoModelShape, config: dict[str, Any],
     """The transformer's forward arguments as the family's diffusers pipeline passes them."""
     text = torch.empty(batch, shape.text_tokens, shape.text_dim, dtype=dtype)
     timestep = torch.empty(batch, dtype=torch.long)
+    if shape.family == "ltx":
+        return ltx_transformer_inputs(torch, shape, lat, batch, dtype, "cpu", torch.empty)
     if shape.family != "cogvideox":
         return {"hidden_states": torch.empty(batch, shape.latent_channels, *lat, dtype=dtype),
                 "timestep": timestep, "encoder_hidden_states": text}
@@ -104,6 +109,15 @@ def _denoiser_inputs(torch: Any, shape: VideoModelShape, config: dict[str, Any],
         rope = (torch.empty(n, shape.attention_head_dim), torch.empty(n, shape.attention_head_dim))
         inputs["image_rotary_emb"] = rope
     return inputs
+
+
+def _tensor_inputs(torch: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """The tensors among the forward arguments (MemTracker tracks tensors, not the grid sizes)."""
+    found: dict[str, Any] = {}
+    for name, value in inputs.items():
+        parts = value if isinstance(value, tuple) else (value,)
+        found.update({f"{name}.{i}": t for i, t in enumerate(parts) if isinstance(t, torch.Tensor)})
+    return found
 
 
 @contextlib.contextmanager

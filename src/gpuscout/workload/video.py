@@ -1,4 +1,4 @@
-"""Video-generation models (Wan 2.1 T2V 1.3B / 14B, CogVideoX 2B / 5B) as the estimators see them.
+"""Video-generation models (Wan 2.1 T2V 1.3B / 14B, CogVideoX 2B / 5B, LTX-Video) as the estimators see them.
 
 A preset is a TOML file in `video_presets/` holding a `VideoModelShape`, plus one copy of each
 component's diffusers/transformers `config.json` next to it (`<id>.<component>.json`), as for the
@@ -52,7 +52,7 @@ class VideoModelShape(Frozen):
     name: str
     # The diffusers pipeline family: it decides how text meets video tokens, how guidance batches
     # and how the VAE decodes (the per-family calibration lives in estimator/video.py).
-    family: Literal["wan", "cogvideox"]
+    family: Literal["wan", "cogvideox", "ltx"]
     source: str  # hub URL of the pipeline repository
     components: tuple[VideoComponent, ...]
     # VAE compression: pixels per latent pixel along each side, pixel frames per latent frame.
@@ -85,8 +85,10 @@ class VideoModelShape(Frozen):
     vae_decode_flops_per_px_frame: float
     # Latent frames the VAE decodes at once: AutoencoderKLWan 1 (frame by frame with a causal
     # cache), AutoencoderKLCogVideoX num_latent_frames_batch_size = 2 (the first batch also takes
-    # the odd frame: 3).
+    # the odd frame: 3). vae_decode_whole_clip: one call over every latent frame instead
+    # (AutoencoderKLLTXVideo, whose framewise decoding is off by default).
     vae_decode_latent_frames: int = 1
+    vae_decode_whole_clip: bool = False
     # Spatial tile of vae.enable_tiling(), tile_sample_min_height (and _width where it differs):
     # AutoencoderKLWan 256 × 256; AutoencoderKLCogVideoX sample_height / 2 × sample_width / 2.
     vae_tile_px: int
@@ -113,6 +115,12 @@ class VideoModelShape(Frozen):
     def sequence(self, width: int, height: int, frames: int) -> int:
         """Tokens in one self-attention sequence: the video tokens, plus the text where it joins them."""
         return self.tokens(width, height, frames) + (self.text_tokens if self.text_in_sequence else 0)
+
+    def decode_chunk_frames(self, frames: int) -> int:
+        """Pixel frames the VAE decoder works on at once: one chunk, or the whole clip."""
+        if self.vae_decode_whole_clip:
+            return frames
+        return self.vae_scale_temporal * self.vae_decode_latent_frames
 
     def component(self, role: str) -> VideoComponent:
         return next(c for c in self.components if c.role == role)
