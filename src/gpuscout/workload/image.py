@@ -9,7 +9,6 @@ meta device; `tests/workload/test_image.py` rebuilds them and keeps them honest.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import tomllib
@@ -19,8 +18,7 @@ from typing import Any, Literal, Self
 
 from pydantic import model_validator
 
-from gpuscout.errors import UnknownNameError
-from gpuscout.userfile import shown
+from gpuscout.workload.preset_names import alias_table, resolve_preset
 from gpuscout.workload.shape import DTYPE_BYTES, Frozen
 
 
@@ -150,22 +148,8 @@ def _presets() -> dict[str, ImagePreset]:
 
 @functools.cache
 def _alias_table() -> dict[str, str]:
-    return {_normalize(name): p.id for p in _presets().values() for name in (p.id, *p.aliases)}
-
-
-def _normalize(name: str) -> str:
-    return name.strip().lower().replace("_", "-").replace(" ", "-")
+    return alias_table((p.id, p.aliases) for p in _presets().values())
 
 
 def _resolve(preset_id: str) -> str:
-    table = _alias_table()
-    key = _normalize(preset_id)
-    if key in table:
-        return table[key]
-    close = dict.fromkeys(table[name] for name in difflib.get_close_matches(key, table, n=5, cutoff=0.5))
-    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    raise UnknownNameError(
-        f"Unknown image model preset {shown(preset_id)}.{hint}",
-        f"gpuscout bundles image presets for: {', '.join(image_preset_ids())}.",
-        "Use one of those ids (or an alias such as 'sdxl-base-1.0', 'flux.1-dev').",
-    )
+    return resolve_preset(preset_id, _alias_table(), "image", image_preset_ids(), "'sdxl-base-1.0', 'flux.1-dev'")

@@ -13,7 +13,6 @@ DiT cuts each latent frame into (H / 8 / patch) × (W / 8 / patch) tokens (docs/
 
 from __future__ import annotations
 
-import difflib
 import functools
 import json
 import tomllib
@@ -23,8 +22,8 @@ from typing import Any, Literal, Self
 
 from pydantic import model_validator
 
-from gpuscout.errors import SpecError, UnknownNameError
-from gpuscout.userfile import shown
+from gpuscout.errors import SpecError
+from gpuscout.workload.preset_names import alias_table, normalize, resolve_preset
 from gpuscout.workload.shape import DTYPE_BYTES, Frozen
 
 
@@ -165,7 +164,7 @@ def video_preset_ids() -> tuple[str, ...]:
 
 
 def is_video_preset(ref: str) -> bool:
-    return _normalize(ref) in _alias_table()
+    return normalize(ref) in _alias_table()
 
 
 def load_video_preset(preset_id: str) -> VideoModelShape:
@@ -223,22 +222,8 @@ def _presets() -> dict[str, VideoPreset]:
 
 @functools.cache
 def _alias_table() -> dict[str, str]:
-    return {_normalize(name): p.id for p in _presets().values() for name in (p.id, *p.aliases)}
-
-
-def _normalize(name: str) -> str:
-    return name.strip().lower().replace("_", "-").replace(" ", "-")
+    return alias_table((p.id, p.aliases) for p in _presets().values())
 
 
 def _resolve(preset_id: str) -> str:
-    table = _alias_table()
-    key = _normalize(preset_id)
-    if key in table:
-        return table[key]
-    close = dict.fromkeys(table[name] for name in difflib.get_close_matches(key, table, n=5, cutoff=0.5))
-    hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-    raise UnknownNameError(
-        f"Unknown video model preset {shown(preset_id)}.{hint}",
-        f"gpuscout bundles video presets for: {', '.join(video_preset_ids())}.",
-        "Use one of those ids (or an alias such as 'wan2.1-t2v-1.3b-diffusers').",
-    )
+    return resolve_preset(preset_id, _alias_table(), "video", video_preset_ids(), "'wan2.1-t2v-1.3b-diffusers'")
