@@ -210,12 +210,33 @@ def test_the_report_has_the_per_category_table_and_a_before_column(bench: Module
     assert code == 0
     text = out.read_text(encoding="utf-8")
     expected = 8_030_261_248 * 2 / GIB / 15.0 - 1
-    assert "| category | points | before | median \\|err\\| | worst | unsafe |" in text
-    assert f"| weights | 1/1 | {abs(expected):.1%} | {abs(expected):.1%} | {expected:+.1%} | 100.0% |" in text
+    assert "| category | points | before | median \\|err\\| | held out | worst | unsafe |" in text
+    assert (f"| weights | 1/1 | {abs(expected):.1%} | {abs(expected):.1%} | {abs(expected):.1%} (1) "
+            f"| {expected:+.1%} | 100.0% |") in text
     for category in bench.CATEGORIES:
         assert f"\n| {category} | " in text
     assert "| weights | median \\|err\\| ≤ 1% |" in text and "## 5. Inexpressible points" in text
     assert '"before_error"' in data.read_text(encoding="utf-8")
+
+
+def test_in_sample_points_are_marked_and_left_out_of_the_held_out_error(bench: ModuleType, tmp_path: Path) -> None:
+    """A point a constant was set from (`informs`) is marked ‡ and left out of the held-out column."""
+    folder = tmp_path / "points"
+    write_points(folder, "weights.toml", point_toml(),
+                 point_toml(id="fitted-point", measured=12.0, informs=["a constant set from it"]))
+    out = tmp_path / "published.md"
+    assert bench.main(["--points", str(folder), "--out", str(out), "--no-peers"]) == 0
+    text = out.read_text(encoding="utf-8")
+    both = [8_030_261_248 * 2 / GIB / m - 1 for m in (15.0, 12.0)]
+    median = (abs(both[0]) + abs(both[1])) / 2
+    assert f"| weights | 2/2 | {median:.1%} | {abs(both[0]):.1%} (1) |" in text
+    assert "| fitted-point ‡ |" in text and "| hand-llama3-8b-bf16-weights |" in text
+
+
+def test_informs_must_name_the_constants(bench: ModuleType, tmp_path: Path) -> None:
+    write_points(tmp_path, "weights.toml", point_toml(informs=[""]))
+    points, errors = bench.load_points(tmp_path)
+    assert points == [] and "informs must list the constants" in str(errors[0])
 
 
 def test_hf_mem_runs_offline_against_generated_headers(bench: ModuleType) -> None:
@@ -254,4 +275,6 @@ def test_leave_one_out_calibration_learns_a_shared_slowdown(bench: ModuleType, t
     for row in rows:
         assert row["error"] == pytest.approx(1 / 1.5 - 1, abs=1e-6)
         assert row["calibrated"] == pytest.approx(row["measured"], rel=1e-6)
-    assert "| speed, calibrated (leave-one-out) | 2 | 0.0% | +0.0% |" in out.read_text(encoding="utf-8")
+    text = out.read_text(encoding="utf-8")
+    assert "| speed, calibrated (leave-one-out) | 2 | 0.0% | – | +0.0% |" in text
+    assert "| speed, calibrated (leave-one-out) | median \\|err\\| ≤ 10% | 0.0% | met | – |" in text

@@ -34,7 +34,10 @@ REQUIRED: dict[str, type | tuple[type, ...]] = {
     "id": str, "category": str, "gpu": str, "quantity": str, "measured": (int, float), "what": str,
     "source": str, "quote": str, "conditions": str, "certain": bool, "notes": str, "job": dict,
 }
-OPTIONAL: dict[str, type | tuple[type, ...]] = {"oom_seq_len_tokens": int, "gpus": int, "framework": str}
+# informs: the gpuscout constants set from this point (it is in-sample for them; the report says so).
+OPTIONAL: dict[str, type | tuple[type, ...]] = {
+    "oom_seq_len_tokens": int, "gpus": int, "framework": str, "informs": list,
+}
 KEBAB = re.compile(r"^[a-z0-9]+(?:[-.][a-z0-9]+)*$")
 MAX_QUOTE = 200
 INEXPRESSIBLE = "inexpressible:"
@@ -130,6 +133,8 @@ def parse_point(raw: Any, path: Path | str, category: str) -> Point:
         raise bad("gpu is empty; only weights points may leave it empty")
     if "kind" not in raw["job"]:
         raise bad("[point.job] has no kind (finetune, inference or image)")
+    if not all(isinstance(x, str) and x.strip() for x in raw.get("informs", [])):
+        raise bad("informs must list the constants set from this point, as non-empty strings")
     extra = {key: raw[key] for key in OPTIONAL if key in raw}
     return Point(
         id=raw["id"], category=category, gpu=raw["gpu"], quantity=raw["quantity"], measured=float(raw["measured"]),

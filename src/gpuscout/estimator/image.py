@@ -79,16 +79,18 @@ def estimate_image_memory(job: ImageJob, model: ImageModelShape, gpu: Gpu) -> Me
     weights = weight_terms(job, model)
     denoise = denoiser_term(job, model)
     decode = vae_decode_term(job, model)
-    allocated = total_bytes(weights) + max(denoise.bytes, decode.bytes)
+    workspace = conv_workspace_term(job, model)
+    allocated = total_bytes(weights) + max(denoise.bytes, decode.bytes + workspace.bytes)
     fixed = [
         term("CUDA context and libraries", "overhead", overhead.CUDA_CONTEXT_BYTES, overhead.CUDA_CONTEXT_SOURCE),
         term("allocator reserve", "overhead", allocated * overhead.ALLOCATOR_FRACTION, overhead.ALLOCATOR_SOURCE),
     ]
-    phase = "denoising" if denoise.bytes >= decode.bytes else "VAE decode"
+    phase = "denoising" if denoise.bytes >= decode.bytes + workspace.bytes else "VAE decode"
     return MemoryBreakdown(
         job_kind="image", gpu_sku=gpu.sku, gpus=1, usable_bytes=usable_memory_bytes(gpu),
-        terms=(*weights, denoise, decode, *fixed), peak_bytes=allocated + total_bytes(fixed),
-        notes=(f"peak = weights + max(denoising, VAE decode) + overheads; {phase} is larger here",),
+        terms=(*weights, denoise, decode, workspace, *fixed), peak_bytes=allocated + total_bytes(fixed),
+        notes=(f"peak = weights + max(denoising, VAE decode with its workspace) + overheads; {phase} is larger "
+               "here",),
     )
 
 
@@ -167,15 +169,29 @@ def dit_bytes(model: ImageModelShape, latent_w: int, latent_h: int, ab: float, e
     return tokens * width * ab * (2 + DIT_BLOCK_LIVE) + scores
 
 
-def vae_decode_term(job: ImageJob, model: ImageModelShape) -> MemoryTerm:
+def _decode_extent(job: ImageJob, model: ImageModelShape) -> tuple[int, int, int, float]:
+    """(images, width px, height px, bytes per value) the VAE decodes at once."""
     vae = next(c for c in model.components if c.role == "vae")
-    ab = DTYPE_BYTES[component_dtype(job, vae)]
-    width = model.vae_block_out_channels[0]
     tile = model.vae_tile_px
     side_w, side_h = (min(job.width, tile), min(job.height, tile)) if job.vae_tiling else (
         job.width, job.height)
     # Tiling decodes one tile of one image at a time; slicing one whole image at a time.
     images = 1 if job.vae_tiling or job.vae_slicing else job.batch
+    return images, side_w, side_h, DTYPE_BYTES[component_dtype(job, vae)]
+
+
+def conv_workspace_term(job: ImageJob, model: ImageModelShape) -> MemoryTerm:
+    """cuDNN workspace of the decode's largest convolution (overhead.CONV_WORKSPACE_INPUTS)."""
+    images, side_w, side_h, ab = _decode_extent(job, model)
+    channels = 2 * model.vae_block_out_channels[0]
+    nbytes = overhead.CONV_WORKSPACE_INPUTS * images * side_w * side_h * channels * ab
+    return term("cuDNN workspace (VAE decode)", "activations", nbytes,
+                f"{images} × {side_w}×{side_h} × {channels} ch × {ab:g} B: {overhead.CONV_WORKSPACE_SOURCE}")
+
+
+def vae_decode_term(job: ImageJob, model: ImageModelShape) -> MemoryTerm:
+    images, side_w, side_h, ab = _decode_extent(job, model)
+    width = model.vae_block_out_channels[0]
     nbytes = images * VAE_LIVE_TENSORS * side_w * side_h * width * ab
     tiled = " (one tile)" if job.vae_tiling else " (sliced: one image)" if job.vae_slicing and job.batch > 1 else ""
     return term("VAE decode activations", "activations", nbytes,

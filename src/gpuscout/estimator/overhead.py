@@ -21,6 +21,21 @@ CUDA_CONTEXT_SOURCE = "assumed 768 MiB (reported 300 MiB–2 GiB: asmirnov vram-
 ALLOCATOR_FRACTION = 0.10
 ALLOCATOR_SOURCE = "10% of allocated peak (fms-acceleration#14 measured 11%: 29.03 vs 26.11 GiB)"
 
+# cuDNN convolution workspace in a VAE decode. PyTorch runs the first algorithm cuDNN's heuristics rank
+# whose workspace it can allocate (pytorch#49207), from the caching allocator, so the workspace shows in
+# torch.cuda.max_memory_allocated() and grows with the memory left free. The Hugging Face SDXL blog's
+# A100 40GB runs peaked 3.1–3.2 GiB above the traced live tensors of a 4-image decode with 6.6–12.9 GiB
+# of weights resident, and 5.8–8.4 GiB above them with the weights offloaded or one image decoded at a
+# time (more memory free). gpuscout counts one buffer the size of the largest convolution input
+# (the last up block's 2 × width channels at full resolution): 4 GiB in that case, so the resident runs
+# are met and the roomier ones stay under-estimated. On a smaller card cuDNN falls back to an algorithm
+# with less workspace, so this term only ever errs toward "does not fit". Sized after seeing those runs
+# (docs/estimator.md §2.10): an in-sample fit.
+CONV_WORKSPACE_INPUTS = 1.0
+CONV_WORKSPACE_SOURCE = ("one buffer the size of the largest decoder convolution input (cuDNN takes the first "
+                         "algorithm whose workspace fits, pytorch#49207; SDXL blog A100 runs: 3.1–8.4 GiB)")
+
+
 # vLLM captures CUDA graphs for decode batch sizes after the KV cache is sized; since vLLM 0.21
 # it estimates their memory first and takes it out of the KV budget ("CUDA graph memory profiling
 # is enabled (default since v0.21.0)", start-up log quoted in noonghunna/club-3090#127, where a

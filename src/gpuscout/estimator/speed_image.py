@@ -16,8 +16,17 @@ shape, with these approximations stated:
   2 · N · 12 · D² · blocks + 4 · N² · D · blocks, N = image tokens + 512 text tokens. Checked against
   the preset: 19 · 36 D² + 38 · 15 D² = 11.8 B of the 11.9 B transformer parameters.
 * Activation traffic: each convolution reads its input and writes its output once; a transformer
-  block moves about 20 values per token per channel; eager attention also writes and re-reads the
-  heads · P² scores three times. A rough memory term; these phases are usually compute-bound.
+  block moves about 20 values per token per channel. A rough memory term; these phases are usually
+  compute-bound.
+* Eager attention writes and re-reads the heads · P² scores three times (QKᵀ, softmax, ·V). Those
+  kernels are memory-bound and run between the GEMMs, not under them, so their time adds to the
+  step ("attention scores (eager)" phase): on the SDXL blog's A100 this is the 0.85 s per image
+  between the eager and SDPA runs (0.85 s modelled).
+* fp32: PyTorch runs fp32 convolutions on TF32 tensor cores (torch.backends.cudnn.allow_tf32 is True
+  by default) but fp32 matmuls on CUDA cores (torch.backends.cuda.matmul.allow_tf32 is False since
+  PyTorch 1.12). The denoiser's FLOPs are split accordingly; CUDA-core GEMMs are 8× slower than
+  tensor-core math against the same memory, so they run nearer their peak
+  (CUDA_CORE_GEMM_EFFICIENCY).
 
 Classifier-free guidance doubles the denoiser batch, except for FLUX.1-dev, which is
 guidance-distilled and runs one pass per step (guidance enters as an embedding).
@@ -30,7 +39,17 @@ from dataclasses import dataclass
 
 from gpuscout.estimator.efficiency import Efficiency, default_efficiency
 from gpuscout.estimator.image import component_dtype
-from gpuscout.estimator.speed_roofline import PhaseTime, Rates, SpeedEstimate, banded, dominant, gib, phase, tflop
+from gpuscout.estimator.speed_roofline import (
+    PhaseTime,
+    Rates,
+    SpeedEstimate,
+    banded,
+    dominant,
+    gib,
+    offload_rates,
+    phase,
+    tflop,
+)
 from gpuscout.hardware.catalog import Gpu, peak_flops_per_s
 from gpuscout.workload.image import ImageComponent, ImageModelShape
 from gpuscout.workload.job import ImageJob
@@ -38,6 +57,11 @@ from gpuscout.workload.shape import DTYPE_BYTES
 
 TRANSFORMER_WEIGHTS_PER_TOKEN = 18  # × C², diffusers BasicTransformerBlock (see module docstring)
 TRANSFORMER_TRAFFIC_PER_TOKEN = 20  # × C values moved per block: rough, stated in the docstring
+EAGER_SCORE_PASSES = 3  # the scores are written by QKᵀ, read and written by softmax, read by ·V
+# Fraction of the CUDA-core fp32 peak that fp32 GEMMs reach. ASSUMPTION: large SGEMMs are compute-bound
+# (8× less math per byte than tensor cores); the SDXL blog's fp32 A100 run implies 0.79 given TF32
+# convolutions at the image row's 0.4 (docs/estimator.md §2.10), an in-sample check, not an independent one.
+CUDA_CORE_GEMM_EFFICIENCY = 0.8
 DIT_WEIGHTS_PER_TOKEN = 12  # × D² per FLUX block, double- or single-stream
 # diffusers AutoencoderKL: layers_per_block = 2 in all three presets' VAE configs; the decoder runs
 # layers_per_block + 1 resnets per up block (diffusers Decoder).
@@ -47,26 +71,31 @@ CLIP_TOKENS = 77  # CLIP max_position_embeddings
 
 @dataclass
 class Work:
-    """FLOPs and activation values moved, accumulated over the ops of one forward pass."""
+    """FLOPs and activation values moved, accumulated over the ops of one forward pass.
+
+    `conv_flops` is the part of `flops` in convolutions (TF32 under fp32); `score_values` the eager
+    attention score traffic, kept apart from `values` because its kernels do not overlap the GEMMs."""
 
     flops: float = 0.0
+    conv_flops: float = 0.0
     values: float = 0.0
+    score_values: float = 0.0
 
-    def conv(self, c_in: float, c_out: float, pixels: float) -> None:
-        self.flops += 2 * 9 * c_in * c_out * pixels
+    def conv(self, c_in: float, c_out: float, pixels: float, kernel: int = 9) -> None:
+        self.flops += 2 * kernel * c_in * c_out * pixels
+        self.conv_flops += 2 * kernel * c_in * c_out * pixels
         self.values += (c_in + c_out) * pixels
 
     def resnet(self, c_in: float, c_out: float, pixels: float) -> None:
         self.conv(c_in, c_out, pixels)
         self.conv(c_out, c_out, pixels)
         if c_in != c_out:
-            self.flops += 2 * c_in * c_out * pixels
-            self.values += (c_in + c_out) * pixels
+            self.conv(c_in, c_out, pixels, kernel=1)
 
     def attention(self, width: float, tokens: float, keys: float, heads: int, eager: bool) -> None:
         self.flops += 4 * tokens * keys * width
         if eager:
-            self.values += 3 * heads * tokens * keys
+            self.score_values += EAGER_SCORE_PASSES * heads * tokens * keys
 
 
 def unet_work(model: ImageModelShape, lat_h: int, lat_w: int, eager: bool) -> Work:
@@ -164,6 +193,9 @@ def estimate_image_speed(
         _vae_phase(job, model, gpu, eff, lat_h, lat_w),
     ]
     counts = [1.0, float(job.steps), 1.0]
+    if eager:
+        phases.append(_scores_phase(job, model, gpu, eff, passes, lat_h, lat_w))
+        counts.append(float(job.steps))
     if job.offload != "none":
         phases.append(_offload_phase(job, model, gpu, eff))
         counts.append(1.0)
@@ -221,11 +253,40 @@ def _denoiser_phase(
     b = DTYPE_BYTES[job.dtype]
     n = passes * job.batch
     moved = denoiser.params * b + work.values * b * n
+    rates, how = _rates(gpu, job.dtype), ""
+    if job.dtype == "fp32" and gpu.tf32_flops_per_s is not None:
+        rates, how = _fp32_rates(gpu, work, eff)
     return phase(
-        "denoiser step", flops=work.flops * n, bytes_moved=moved, rates=_rates(gpu, job.dtype), efficiency=eff,
+        "denoiser step", flops=work.flops * n, bytes_moved=moved, rates=rates, efficiency=eff,
         formula=(f"{model.denoiser_kind} forward at {lat_w}×{lat_h} latent = {tflop(work.flops)} × {passes} pass(es)"
                  f" × batch {job.batch}; bytes = weights {gib(denoiser.params * b)} + activations;"
-                 f" × {job.steps} steps"),
+                 f" × {job.steps} steps{how}"),
+    )
+
+
+def _fp32_rates(gpu: Gpu, work: Work, eff: Efficiency) -> tuple[Rates, str]:
+    """One rate that times convolutions at TF32 and matmuls at the CUDA-core fp32 peak (docstring)."""
+    tf32, fp32 = peak_flops_per_s(gpu, "tf32"), peak_flops_per_s(gpu, "fp32")
+    gemm = work.flops - work.conv_flops
+    seconds = work.conv_flops / (tf32 * eff.compute) + gemm / (fp32 * CUDA_CORE_GEMM_EFFICIENCY)
+    blended = work.flops / (seconds * eff.compute)  # phase() divides by eff.compute again
+    rates = _rates(gpu, "fp32").model_copy(update={"flops_per_s": blended})
+    share = work.conv_flops / work.flops
+    return rates, (f"; fp32: convolutions ({share:.0%}) in TF32, matmuls on CUDA cores at "
+                   f"{CUDA_CORE_GEMM_EFFICIENCY:g} of the fp32 peak")
+
+
+def _scores_phase(
+    job: ImageJob, model: ImageModelShape, gpu: Gpu, eff: Efficiency, passes: int, lat_h: int, lat_w: int
+) -> PhaseTime:
+    forward = dit_work if model.denoiser_kind == "dit" else unet_work
+    work = forward(model, lat_h, lat_w, True)
+    b = DTYPE_BYTES[job.dtype]
+    moved = work.score_values * b * passes * job.batch
+    return phase(
+        "attention scores (eager)", flops=0.0, bytes_moved=moved, rates=_rates(gpu, job.dtype), efficiency=eff,
+        formula=(f"heads × P² scores written and re-read {EAGER_SCORE_PASSES}× per attention = {gib(moved)} per"
+                 f" step, memory-bound kernels between the GEMMs; × {job.steps} steps"),
     )
 
 
@@ -247,16 +308,20 @@ def _vae_phase(job: ImageJob, model: ImageModelShape, gpu: Gpu, eff: Efficiency,
 
 def _offload_phase(job: ImageJob, model: ImageModelShape, gpu: Gpu, eff: Efficiency) -> PhaseTime:
     sizes = {c.name: c.params * DTYPE_BYTES[component_dtype(job, c)] for c in model.components}
-    moved = sum(sizes.values())
-    how = f"model offload: every component's weights ({gib(moved)}) cross PCIe once per batch"
+    # Model offload moves each component in for its phase and back out (module.to("cpu")) when the
+    # next one starts, or at the end of the call.
+    moved = 2 * sum(sizes.values())
+    how = f"model offload: every component's weights ({gib(moved / 2)}) in and back out once per batch"
     if job.offload == "sequential":
-        # Every leaf module is moved in for each forward: the denoiser once per step (one batched
-        # forward covers both guidance passes in the SD/SDXL pipelines), the rest once per batch.
+        # Every leaf module is moved in for each forward and dropped after (no copy back): the denoiser
+        # once per step (one batched forward covers both guidance passes in the SD/SDXL pipelines), the
+        # rest once per batch.
         denoiser = _component(model, "denoiser")
-        moved += sizes[denoiser.name] * (job.steps - 1)
+        moved = sum(sizes.values()) + sizes[denoiser.name] * (job.steps - 1)
         how = (f"sequential offload: denoiser weights ({gib(sizes[denoiser.name])}) × {job.steps} steps + the other "
-               f"components once = {gib(moved)} over PCIe per batch")
+               f"components once = {gib(moved)} per batch")
+    rates = offload_rates(_rates(gpu, job.dtype), eff)
     return phase(
-        "CPU offload transfers", flops=0.0, bytes_moved=0.0, comm_bytes=moved, rates=_rates(gpu, job.dtype),
-        efficiency=eff, formula=how,
+        "CPU offload transfers", flops=0.0, bytes_moved=0.0, comm_bytes=moved, rates=rates, efficiency=eff,
+        formula=how + f", at {rates.link_bytes_per_s * eff.link / 1e9:.1f} GB/s (accelerate's pageable copies)",
     )

@@ -143,3 +143,21 @@ def gib(value: float) -> str:
 def tflop(value: float) -> str:
     """Compact FLOP count for formula strings."""
     return f"{value / 1e12:,.3f} TFLOP"
+
+
+# accelerate's offload hooks (diffusers enable_model_cpu_offload / enable_sequential_cpu_offload) copy one
+# tensor at a time, synchronously, from pageable host memory, far below the catalog PCIe figure. The
+# Hugging Face SDXL blog's A100 40GB (Colab) runs measured it (docs/estimator.md §2.10): sequential offload
+# moved 121 GiB per batch in 55.8 s more than the resident run (2.3 GB/s), model offload 2 × 6.6 GiB in
+# 4.7 s (3.0 GB/s). 2.5 GB/s; one host measured, so other hosts are an ASSUMPTION (fit.SEQUENTIAL_OFFLOAD
+# widens the band).
+OFFLOAD_HOOK_BYTES_PER_S = 2.5e9
+
+
+def offload_rates(rates: Rates, efficiency: Efficiency) -> Rates:
+    """`rates` with the link at accelerate's offload copy rate (or the PCIe figure, if lower).
+
+    The hook rate is an achieved figure, so it is divided by the link efficiency here for `phase`
+    to multiply it back: the phase then takes exactly min(PCIe × link efficiency, hook rate)."""
+    achieved = min(rates.link_bytes_per_s * efficiency.link, OFFLOAD_HOOK_BYTES_PER_S)
+    return rates.model_copy(update={"link_bytes_per_s": achieved / efficiency.link})

@@ -17,11 +17,16 @@ FLOPs are derived from the shape (docs/video.md §3):
 * VAE decode: the preset's FLOPs per output pixel per latent frame, counted by torch's
   FlopCounterMode over the real decode.
 
-Offload: "model" moves every component's weights over PCIe once per clip; "sequential" moves
-every leaf module's weights onto the GPU for each forward, so the transformer's weights cross
-PCIe once per transformer call and the VAE decoder's once per decoded chunk (Wan: every latent
-frame; CogVideoX: every 2). These transfers do not overlap compute in accelerate's hooks, so
-they add.
+Eager attention: the S² scores are written and re-read three times per block by memory-bound
+kernels that run between the GEMMs, so that traffic is its own phase and adds to the step (as in
+speed_image.py).
+
+Offload: "model" moves every component's weights onto the GPU for its phase and back out after it,
+once per batch; "sequential" moves every leaf module's weights onto the GPU for each forward, so the
+transformer's weights cross PCIe once per transformer call and the VAE decoder's once per decoded
+chunk (Wan: every latent frame; CogVideoX: every 2). These transfers do not overlap compute in
+accelerate's hooks, so they add, at accelerate's pageable copy rate
+(`speed_roofline.OFFLOAD_HOOK_BYTES_PER_S`).
 
 Efficiency: the "video" row of efficiency.toml (the DiT factor measured on FLUX.1-dev).
 """
@@ -31,7 +36,18 @@ from __future__ import annotations
 import math
 
 from gpuscout.estimator.efficiency import Efficiency, default_efficiency
-from gpuscout.estimator.speed_roofline import PhaseTime, Rates, SpeedEstimate, banded, dominant, gib, phase, tflop
+from gpuscout.estimator.speed_image import EAGER_SCORE_PASSES
+from gpuscout.estimator.speed_roofline import (
+    PhaseTime,
+    Rates,
+    SpeedEstimate,
+    banded,
+    dominant,
+    gib,
+    offload_rates,
+    phase,
+    tflop,
+)
 from gpuscout.estimator.video import component_bytes, component_dtype
 from gpuscout.hardware.catalog import Gpu, peak_flops_per_s
 from gpuscout.workload.job import VideoJob
@@ -88,6 +104,9 @@ def estimate_video_speed(
     phases = [_text_phase(job, model, gpu, eff, passes), _denoiser_phase(job, model, gpu, eff),
               _vae_phase(job, model, gpu, eff)]
     counts = [1.0, float(job.steps), 1.0]
+    if job.attention == "eager":
+        phases.append(_scores_phase(job, model, gpu, eff))
+        counts.append(float(job.steps))
     if job.offload != "none":
         offload, per_clip = _offload_phase(job, model, gpu, eff)
         phases.append(offload)
@@ -139,14 +158,22 @@ def _denoiser_phase(job: VideoJob, model: VideoModelShape, gpu: Gpu, eff: Effici
     b = DTYPE_BYTES[job.dtype]
     weights = component_bytes(job, model.component("denoiser"))
     acts = DIT_TRAFFIC_PER_TOKEN * model.hidden_size * seq * model.num_layers * b
-    if job.attention == "eager":  # scores written and re-read three times per block
-        acts += 3 * model.attention_heads * seq * seq * model.num_layers * b
     calls = calls_per_step(job, model)
     return phase("denoiser step", flops=forward * n, bytes_moved=weights * calls + acts * n,
                  rates=_rates(gpu, job.dtype), efficiency=eff,
                  formula=(f"DiT forward over {tokens:,} tokens ({model.latent_frames(job.frames)} latent frames) = "
                           f"{tflop(forward)} × {passes} pass(es) × batch {job.batch} in {calls} call(s); "
                           f"× {job.steps} steps"))
+
+
+def _scores_phase(job: VideoJob, model: VideoModelShape, gpu: Gpu, eff: Efficiency) -> PhaseTime:
+    seq = model.sequence(job.width, job.height, job.frames)
+    per_pass = EAGER_SCORE_PASSES * model.attention_heads * seq * seq * model.num_layers * DTYPE_BYTES[job.dtype]
+    moved = per_pass * passes_per_step(job) * job.batch
+    return phase("attention scores (eager)", flops=0.0, bytes_moved=moved, rates=_rates(gpu, job.dtype),
+                 efficiency=eff,
+                 formula=(f"heads × S² scores written and re-read {EAGER_SCORE_PASSES}× per block = {gib(moved)} per "
+                          f"step, memory-bound kernels between the GEMMs; × {job.steps} steps"))
 
 
 def _vae_phase(job: VideoJob, model: VideoModelShape, gpu: Gpu, eff: Efficiency) -> PhaseTime:
@@ -165,18 +192,21 @@ def _vae_phase(job: VideoJob, model: VideoModelShape, gpu: Gpu, eff: Efficiency)
 
 def _offload_phase(job: VideoJob, model: VideoModelShape, gpu: Gpu, eff: Efficiency) -> tuple[PhaseTime, float]:
     """PCIe transfers and how often they happen per batch."""
+    rates = offload_rates(_rates(gpu, job.dtype), eff)
+    rate = f", at {rates.link_bytes_per_s * eff.link / 1e9:.1f} GB/s (accelerate's pageable copies)"
     if job.offload == "model":
-        moved = sum(component_bytes(job, c) for c in model.components)
-        return phase("CPU offload transfers", flops=0.0, bytes_moved=0.0, comm_bytes=moved,
-                     rates=_rates(gpu, job.dtype), efficiency=eff,
-                     formula=f"model offload: every component's weights ({gib(moved)}) cross PCIe once per batch"), 1.0
+        weights = sum(component_bytes(job, c) for c in model.components)
+        return phase("CPU offload transfers", flops=0.0, bytes_moved=0.0, comm_bytes=2 * weights,
+                     rates=rates, efficiency=eff,
+                     formula=f"model offload: every component's weights ({gib(weights)}) in and back out once per "
+                             f"batch{rate}"), 1.0
     text = sum(component_bytes(job, c) for c in model.components if c.role == "text_encoder")
     dit = component_bytes(job, model.component("denoiser"))
     vae = component_bytes(job, model.component("vae"))
     calls, chunks = calls_per_step(job, model), vae_decode_chunks(model, job.frames)
     per_batch = text + dit * calls * job.steps + vae * chunks
     return phase("CPU offload transfers", flops=0.0, bytes_moved=0.0, comm_bytes=per_batch,
-                 rates=_rates(gpu, job.dtype), efficiency=eff,
+                 rates=rates, efficiency=eff,
                  formula=(f"sequential offload: transformer weights {gib(dit)} × {calls} call(s) × {job.steps} steps"
                           f" + text encoder {gib(text)} + VAE {gib(vae)} × {chunks} decoder call(s) "
-                          f"= {gib(per_batch)} over PCIe per batch")), 1.0
+                          f"= {gib(per_batch)} per batch{rate}")), 1.0

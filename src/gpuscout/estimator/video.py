@@ -75,7 +75,7 @@ def estimate_video_memory(job: VideoJob, model: VideoModelShape, gpu: Gpu) -> Me
     phases = phase_peaks(job, model)
     name, allocated = max(phases.items(), key=lambda kv: kv[1])
     weights = weight_terms(job, model)
-    acts = [denoiser_term(job, model), vae_decode_term(job, model)]
+    acts = [denoiser_term(job, model), vae_decode_term(job, model), conv_workspace_term(job, model)]
     fixed = [
         term("CUDA context and libraries", "overhead", overhead.CUDA_CONTEXT_BYTES, overhead.CUDA_CONTEXT_SOURCE),
         term("allocator reserve", "overhead", allocated * overhead.ALLOCATOR_FRACTION, overhead.ALLOCATOR_SOURCE),
@@ -105,7 +105,7 @@ def largest_module_bytes(job: VideoJob, model: VideoModelShape) -> tuple[float, 
 def phase_peaks(job: VideoJob, model: VideoModelShape) -> dict[str, float]:
     """Allocated bytes at the peak of each phase: resident weights + the phase's activations."""
     acts = {"text encoding": 0.0, "denoising": denoiser_term(job, model).bytes,
-            "VAE decode": vae_decode_term(job, model).bytes}
+            "VAE decode": vae_decode_term(job, model).bytes + conv_workspace_term(job, model).bytes}
     roles = {"text encoding": "text_encoder", "denoising": "denoiser", "VAE decode": "vae"}
     if job.offload == "none":
         resident = sum(component_bytes(job, c) for c in model.components)
@@ -168,13 +168,30 @@ def decode_side(job: VideoJob, model: VideoModelShape) -> tuple[int, int]:
     return min(job.width, tile_w), min(job.height, tile_h)
 
 
+def _decode_working(job: VideoJob, model: VideoModelShape) -> float:
+    """Bytes of the decoder's traced working set for one clip, besides the decoded frames."""
+    ab = DTYPE_BYTES[component_dtype(job, model.component("vae"))]
+    side_w, side_h = decode_side(job, model)
+    chunk = model.decode_chunk_frames(job.frames)  # pixel frames the decoder holds at once
+    return VAE_LIVE[model.family] * chunk * side_w * side_h * model.vae_decoder_channels[-1] * ab
+
+
+def conv_workspace_term(job: VideoJob, model: VideoModelShape) -> MemoryTerm:
+    """cuDNN workspace of the decode's largest convolution (overhead.CONV_WORKSPACE_INPUTS). The 3D decoders'
+    layer sizes are not modelled one by one, so the largest input is taken as a third of the traced working
+    set, its share in the 2D decoder (2 of the 6 live tensors, estimator/image.py)."""
+    nbytes = overhead.CONV_WORKSPACE_INPUTS * job.batch * _decode_working(job, model) / 3
+    return term("cuDNN workspace (VAE decode)", "activations", nbytes,
+                f"batch {job.batch} × a third of the decode working set: {overhead.CONV_WORKSPACE_SOURCE}")
+
+
 def vae_decode_term(job: VideoJob, model: VideoModelShape) -> MemoryTerm:
     ab = DTYPE_BYTES[component_dtype(job, model.component("vae"))]
     side_w, side_h = decode_side(job, model)
     width = model.vae_decoder_channels[-1]
     chunk = model.decode_chunk_frames(job.frames)  # pixel frames the decoder holds at once
     live = VAE_LIVE[model.family]
-    working = live * chunk * side_w * side_h * width * ab
+    working = _decode_working(job, model)
     clip = job.frames * 3 * job.width * job.height * ab
     nbytes = job.batch * (working + clip)
     tiled = " (one tile)" if job.vae_tiling else ""
