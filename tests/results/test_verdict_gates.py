@@ -113,6 +113,20 @@ def test_a_difference_below_the_minimum_effect_is_no_meaningful_difference() -> 
     assert decide(compare_results([a, b], options=CompareOptions(min_effect=0.01))).winner == "B"
 
 
+def test_an_interval_reaching_below_the_minimum_effect_names_no_winner() -> None:
+    """A 6% lead whose interval allows less than 5% is not called (the A/A pair once gave 1.06×, CI 1.00–1.12×);
+    the same lead with tight runs is."""
+    a = bench_result("A", cases=[runs_case(scaled(1.0, (1.0, 0.99, 1.01)))])
+    b = bench_result("B", cases=[runs_case(scaled(1.06, (1.02, 0.98, 1.0)))])
+    r = tokens_ratio(compare_results([a, b]))
+    assert 1 < r.ci95_low < 1.05 and r.advantage > 1.05  # type: ignore[attr-defined]
+    assert r.finding == "no meaningful difference" and "allows an effect of only" in r.reason  # type: ignore[attr-defined]
+    assert decide(compare_results([a, b])).winner is None
+    tight_a = bench_result("A", cases=[runs_case(scaled(1.0, (1.0, 1.0, 1.0)))])
+    tight_b = bench_result("B", cases=[runs_case(scaled(1.06, (1.0, 1.0, 1.0)))])
+    assert decide(compare_results([tight_a, tight_b])).winner == "B"
+
+
 def test_a_thermal_throttle_in_the_recorded_telemetry_blocks_the_verdict() -> None:
     a = bench_result("A", cases=[runs_case(scaled(1.0))])
     b = bench_result("B", gpu=A100, cases=[runs_case(scaled(0.6), gpu="a100", throttled_run=2)])

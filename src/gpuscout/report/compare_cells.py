@@ -53,7 +53,7 @@ def ratio_note(options: CompareOptions) -> str:
     return ("Ratios: how many times better than A (above 1 = better; for times and latencies A's value / this "
             "value), with a 95% CI from a seeded two-level bootstrap (runs, then the samples within each run), "
             "at least Student's t interval over the run means when both sides ran twice or more. "
-            "'same': the CI includes 1.0, or the effect is below the minimum effect of "
+            "'same': the CI includes 1.0, or the effect or the CI's end nearest 1.0 is below the minimum effect of "
             f"{options.min_effect:.0%}; 'floor': a side ran once and the effect is below the noise floor of "
             f"{options.noise_floor:.0%}; 'noisy': a side's run means vary by more than {options.noisy_cv:.0%} "
             f"or its repeats spread by more than {options.noisy_spread:.0%}.")

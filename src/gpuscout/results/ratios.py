@@ -11,7 +11,8 @@ Then, in this order (docs/measurement.md §1.4):
    run means), or a bench metric's repeats spread more than `noisy_spread` (IQR / median): the
    evidence cannot carry a verdict; more runs, a quieter machine, or the telemetry will say why;
 2. no measurable difference — the interval contains 1;
-3. no meaningful difference — the interval excludes 1 but the effect is below `min_effect`;
+3. no meaningful difference — the interval excludes 1 but the effect, or the interval's end
+   nearest 1, is below `min_effect` (a difference that may be smaller than matters is not called);
 4. below the noise floor — one side ran only once, so its between-run variation is unknown, and
    the effect is below `noise_floor`;
 5. better / worse.
@@ -115,6 +116,11 @@ def judge(advantage: float, low: float, high: float, base: Metric, other: Metric
     effect = max(advantage, 1 / advantage) - 1
     if effect < options.min_effect:
         return "no meaningful difference", f"{effect:.1%} is below the minimum effect of {options.min_effect:.0%}"
+    # The interval excludes 1 on one side; its end nearest 1 is the smallest effect it allows.
+    near = (low if advantage > 1 else 1 / high) - 1
+    if near < options.min_effect:
+        return "no meaningful difference", (f"the 95% interval {low:.2f}–{high:.2f}× allows an effect of only "
+                                            f"{near:.1%}, below the minimum effect of {options.min_effect:.0%}")
     single = runs_of(base) == 1 or runs_of(other) == 1
     if single and effect < options.noise_floor:
         return "below the noise floor", (f"one run on a side, so its between-run variation is unknown, and "
