@@ -1,0 +1,67 @@
+"""`gpuscout doctor`: is this rented box what was paid for? Keep it, return it, or look closer.
+
+The thin shell over `gpuscout.api.doctor`: parse, run, render, exit with the verdict's code (0 keep,
+3 return, 4 inconclusive; 1 on a user error; 128 + the signal when stopped, docs/doctor.md §4.6).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from gpuscout.cli.results import NoStoreFlag, StoreOption, record
+
+
+def doctor(
+    offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet holding the offer you rented.")] = None,
+    offer: Annotated[str | None, typer.Option("--offer", help="The offer's id: its GPU, count, vCPUs and RAM are "
+                                              "what the box is held against.")] = None,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Or the GPU you paid for, by catalog name.")] = None,
+    job: Annotated[str | None, typer.Option("--job", help="A job spec: the checkpoint check uses its model's "
+                                            "size.")] = None,
+    quick: Annotated[bool, typer.Option("--quick", help="The short checks: within a minute.")] = False,
+    nproc: Annotated[int | None, typer.Option(min=1, help="Workers: one per GPU by default (two on the CPU).")]
+    = None,
+    device: Annotated[str, typer.Option(help="auto | cuda | cpu.")] = "auto",
+    created_at: Annotated[str | None, typer.Option(help="When the machine was created (ISO 8601 time): "
+                                                   "measures the start-up.")] = None,
+    url: Annotated[str | None, typer.Option(help="A URL to measure the network to (round trip, download).")] = None,
+    folder: Annotated[Path | None, typer.Option("--dir", help="Where the disk and checkpoint checks write "
+                                                "(default: here).")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here.")] = None,
+    wide: Annotated[bool, typer.Option("--wide", help="Also list the readings with no band to judge them.")] = False,
+    store: StoreOption = None,
+    no_store: NoStoreFlag = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")] = False,
+) -> None:
+    """Check a rented machine in its first minutes: identity, health, performance against expected bands, host.
+
+    The GPUs against the offer (model, count, memory, the SKU variant), ECC and XID errors,
+    throttling and the PCIe link under load, matmul burst and sustained, memory bandwidth, host
+    copies, the GPU-to-GPU matrix and all-reduce through torchrun, disk, checkpoint, network,
+    start-up. Exits 0 to keep, 3 to return, 4 when inconclusive. Ctrl-C writes what finished.
+    """
+    from gpuscout import api
+    from gpuscout.report.doctor import doctor_screen
+    from gpuscout.units import parse_time_s
+
+    report = api.doctor(offers=offers, offer=offer, gpu=gpu, job=job, quick=quick, nproc=nproc, device=device,
+                        created_at=parse_time_s(created_at, "--created-at") if created_at else None, url=url,
+                        output=output, folder=folder, seed=seed, progress=True)
+    stored = record("doctor", report.result.model_dump(mode="json"), store=store, no_store=no_store)
+    screen = doctor_screen(report.result, report.output, wide=wide, stored_as=stored)
+    if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
+        Console(stderr=True).print(screen)
+        raise typer.Exit(report.exit_code)
+    if as_json:
+        payload = {**report.result.model_dump(mode="json"), "exit_code": report.exit_code}
+        sys.stdout.write(json.dumps(payload, indent=2, default=str, allow_nan=False) + "\n")
+    else:
+        Console().print(screen)
+    raise typer.Exit(report.exit_code)
