@@ -34,7 +34,13 @@ demo: $(VENV)/.demo
 		--runs 3 -o .demo/tiny-finetune-b.json
 	$(BIN)/gpuscout compare .demo/tiny-finetune-a.json .demo/tiny-finetune-b.json
 
-test: $(VENV)/.test
+# The HTML report's browser tests open it in Debian's headless Chromium (tests/report/test_html_browser.py).
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
+
+test: $(VENV)/.test | $(CHROMIUM)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/pytest -q

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import subprocess
+from typing import Any
+
 import pytest
 
 from gpuscout.hardware.catalog import Gpu, find_gpu
@@ -10,10 +14,26 @@ from gpuscout.workload.shape import ModelShape
 
 
 @pytest.fixture(autouse=True)
-def _no_user_calibration(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """estimate and pick read ~/.config/gpuscout/calibration.toml when it exists: every test gets an
-    empty config folder of its own, so a developer's calibration never changes a test's numbers."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+def _no_user_folders(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """estimate and pick read ~/.config/gpuscout/calibration.toml when it exists, and bench, load and pick
+    record their runs in ~/.local/share/gpuscout/results.sqlite: every test gets empty config and data
+    folders of its own, so a developer's calibration never changes a test's numbers and no test writes
+    to the developer's store. A subprocess started with an environment of its own (most CLI tests pass
+    only PATH and COLUMNS) gets the same two folders, unless the test sets them itself."""
+    folders = {"XDG_CONFIG_HOME": str(tmp_path_factory.mktemp("xdg-config")),
+               "XDG_DATA_HOME": str(tmp_path_factory.mktemp("xdg-data"))}
+    for name, folder in folders.items():
+        monkeypatch.setenv(name, folder)
+    monkeypatch.delenv("GPUSCOUT_STORE", raising=False)
+    original = subprocess.Popen.__init__
+
+    @functools.wraps(original)
+    def isolated(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("env") is not None:
+            kwargs["env"] = {**folders, **kwargs["env"]}
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", isolated)
 
 
 @pytest.fixture(scope="session")
