@@ -145,3 +145,27 @@ def test_probe_prints_no_credentials() -> None:
             done = gpuscout("probe", url, "--repeats", "2", *extra)
             assert done.returncode == 0, done.stderr
             assert secret not in done.stdout + done.stderr and token not in done.stdout + done.stderr
+
+
+def test_production_traffic_options_and_pick_from_the_result(tmp_path: Path) -> None:
+    """Shared prefixes with their control, the server's /metrics, a named GPU; then `pick --load` prices a
+    serving job from that result on the GPU it was measured on."""
+    out = tmp_path / "prefix.json"
+    config = FakeConfig(ttft_s=0.005, token_delay_s=0.001, prefix_cache=True, prefill_s_per_token=0.0005)
+    with serve_in_thread(config) as srv:
+        done = gpuscout("load", srv.url, "--model", "M", "--concurrency", "2", "--requests", "24", "--runs", "1",
+                        "--output-tokens", "8", "--prompt-tokens", "64", "--prefix-share", "0.75", "--prefix-groups",
+                        "2", "--prefix-control", "--metrics-url", f"{srv.url}/metrics", "--usd-per-hour", "3.6",
+                        "--server-gpu", "h100-sxm5-80gb", "--percentile", "50", "--json", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert [c["name"] for c in payload["cases"]] == ["concurrency 2", "concurrency 2, no shared prefix"]
+    assert payload["costs"][0]["prefix_saving_usd_per_1m_output_tokens"] > 0
+    assert payload["fingerprint"]["gpu_name"] == "h100-sxm5-80gb" and "server_gpu" not in payload["fixed"]["settings"]
+    spec = tmp_path / "serve.toml"
+    spec.write_text('kind = "inference"\nmodel = "llama-3.1-8b"\nprompt_tokens = 64\noutput_tokens = 8\n'
+                    'requests = 10000\n[slo]\nttft_p95_s = 5.0\n')
+    picked = gpuscout("pick", str(spec), "--load", str(out), "--target-rps", "50", "--json", "--no-store")
+    assert picked.returncode == 0, picked.stderr
+    rows = {r["offer_id"]: r for r in json.loads(picked.stdout)["pick"]["rows"]}
+    assert rows["lambda-h100-sxm-1x"]["bound"] == "measured" and rows["lambda-h100-sxm-1x"]["metrics"]["replicas"] >= 1

@@ -4,6 +4,10 @@
     usd_per_request           = usd_per_s / requests_per_s
     usd_per_1m_goodput_tokens = usd_per_s / goodput_output_tokens_per_s × 1e6
 
+    usd_per_1000_images       = usd_per_s / images_per_s × 1000              (image generations)
+    prefix_saving_usd_per_1m_output_tokens = usd_per_1m_output_tokens of the control run (same
+        lengths, no shared prefix: `load --prefix-control`) − that of the shared-prefix run
+
 where usd_per_s is the instance's hourly price (after discount, converted to USD) / 3600: the
 server is billed for every second whether or not it is busy, so this is the price at the measured
 load, not at some better-packed one. Goodput tokens are the output tokens of requests that met every
@@ -25,6 +29,7 @@ from gpuscout.results.schema import Case
 
 HOUR_S = 3600.0
 GOODPUT_TOKENS_METRIC = "goodput_output_tokens_per_s"
+CONTROL_SUFFIX = ", no shared prefix"  # the name `load --prefix-control` gives a level's control case
 
 
 class LoadCost(BaseModel):
@@ -36,6 +41,10 @@ class LoadCost(BaseModel):
     usd_per_request: float | None
     usd_per_1m_goodput_tokens: float | None  # None without an SLO or when no request met it
     notes: tuple[str, ...] = ()
+    usd_per_1000_images: float | None = None  # image generations
+    # What the prefix cache saved: the control run's $/1M output tokens − this run's (--prefix-control).
+    prefix_saving_usd_per_1m_output_tokens: float | None = None
+    prefix_cache_hit_rate: float | None = None  # the hit rate behind that saving (server cached_tokens or /metrics)
 
 
 def offer_usd_per_hour(offer: Offer, rates: Sequence[ExchangeRate] = ()) -> float:
@@ -55,10 +64,42 @@ def price_load(case: Case, usd_per_hour: float, *, price_source: str = "--usd-pe
     requests_per_s = values.get("requests_per_s")
     goodput_tokens_per_s, note = _goodput_tokens_per_s(values)
     notes += [note] if note else []
+    images = values.get("images_per_s")
+    if images is not None:
+        notes = [n for n in notes if not n.startswith("no goodput")]
     return LoadCost(usd_per_hour=usd_per_hour, price_source=price_source,
                     usd_per_1m_output_tokens=_per(usd_per_s, tokens_per_s, 1e6),
                     usd_per_request=_per(usd_per_s, requests_per_s, 1.0),
-                    usd_per_1m_goodput_tokens=_per(usd_per_s, goodput_tokens_per_s, 1e6), notes=tuple(notes))
+                    usd_per_1m_goodput_tokens=_per(usd_per_s, goodput_tokens_per_s, 1e6), notes=tuple(notes),
+                    usd_per_1000_images=_per(usd_per_s, images, 1000.0) if images is not None else None)
+
+
+def price_load_cases(cases: Sequence[Case], usd_per_hour: float, *, price_source: str = "--usd-per-hour",
+                     example: bool = False) -> tuple[LoadCost, ...]:
+    """Every case priced, and each shared-prefix case's saving against its control case (same level)."""
+    costs = [price_load(c, usd_per_hour, price_source=price_source) for c in cases]
+    if example:
+        costs = [c.model_copy(update={"notes": (*c.notes, f"{price_source} is an example price, not a quote")})
+                 for c in costs]
+    by_name = {case.name: cost for case, cost in zip(cases, costs, strict=True)}
+    priced = []
+    for case, cost in zip(cases, costs, strict=True):
+        control = by_name.get(case.name + CONTROL_SUFFIX)
+        values = {m.name: m.value for m in case.metrics}
+        hit = values.get("prefix_cache_hit_rate", values.get("server_prefix_cache_hit_rate"))
+        if control is not None and control.usd_per_1m_output_tokens and cost.usd_per_1m_output_tokens:
+            cost = cost.model_copy(update={
+                "prefix_saving_usd_per_1m_output_tokens": control.usd_per_1m_output_tokens
+                - cost.usd_per_1m_output_tokens, "prefix_cache_hit_rate": hit})
+        elif hit is not None:
+            cost = cost.model_copy(update={"prefix_cache_hit_rate": hit})
+        priced.append(cost)
+    return tuple(priced)
+
+
+def price_load_cases_on_offer(cases: Sequence[Case], offer: Offer,
+                              rates: Sequence[ExchangeRate] = ()) -> tuple[LoadCost, ...]:
+    return price_load_cases(cases, offer_usd_per_hour(offer, rates), price_source=offer.id, example=offer.example)
 
 
 def price_load_on_offer(case: Case, offer: Offer, rates: Sequence[ExchangeRate] = ()) -> LoadCost:

@@ -17,6 +17,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from datetime import date
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -47,6 +48,9 @@ from gpuscout.hardware.currency import (
 from gpuscout.hardware.offers import Offer, is_stale, price_warnings
 from gpuscout.workload.colocated import ColocatedShape
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+
+if TYPE_CHECKING:
+    from gpuscout.cost.capacity import MeasuredCapacity
 
 THROUGHPUTS = frozenset({"output_tokens_per_s", "requests_per_s", "images_per_s", "clips_per_s", "tokens_per_s",
                          "samples_per_s"})
@@ -126,17 +130,29 @@ class PickResult(BaseModel):
 
 def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[ExchangeRate] = (),
          deadline_s: float | None = None, budget_usd: float | None = None, today: date,
-         options: CostOptions | None = None, currency: DisplayCurrency = USD, as_written: bool = False) -> PickResult:
-    """Rank offers by total job cost; `as_written` places only the job as written (no plans)."""
+         options: CostOptions | None = None, currency: DisplayCurrency = USD, as_written: bool = False,
+         capacities: Sequence[MeasuredCapacity] = (), target_rps: float | None = None) -> PickResult:
+    """Rank offers by total job cost; `as_written` places only the job as written (no plans).
+    `capacities`: measured serving capacities (`cost.capacity`), used instead of the estimate on their GPU."""
+    from gpuscout.cost.capacity import capacity_warnings, find_capacity, judge_measured
+
     layouts: dict[tuple[str, int], Layout] = {}  # many offers share a GPU and a count
     hosts: dict[tuple[str, int], HostNeeds] = {}  # and so the host RAM and disk the job needs there
-    rows = [judge_offer(job, model, o, rates, deadline_s, budget_usd, today, options, currency,
-                        layouts=layouts, hosts=hosts, as_written=as_written) for o in offers]
+    rows = []
+    for o in offers:
+        cap = find_capacity(capacities, o.gpu, o.gpu_count) if isinstance(job, InferenceJob) else None
+        if cap is not None and isinstance(job, InferenceJob):
+            rows.append(judge_measured(job, o, cap, target_rps, rates, deadline_s, budget_usd, today, options,
+                                       currency))
+            continue
+        rows.append(judge_offer(job, model, o, rates, deadline_s, budget_usd, today, options, currency,
+                                layouts=layouts, hosts=hosts, as_written=as_written))
     ranked = sorted((r for r in rows if r.excluded is None), key=lambda r: r.total_usd or 0.0)
     ranked = mark_pareto(ranked)
     excluded = [r for r in rows if r.excluded is not None]
     return PickResult(job_name=job.name, rows=(*ranked, *excluded), exchange_rates=tuple(rates),
-                      warnings=price_warnings(offers, today), currency=currency, as_written=as_written)
+                      warnings=(*price_warnings(offers, today), *capacity_warnings(capacities, target_rps)),
+                      currency=currency, as_written=as_written)
 
 
 def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRate], deadline_s: float | None,
@@ -149,7 +165,7 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
     if key not in cache:
         cache[key] = lay_out(job, model, find_gpu(offer.gpu), offer.gpu_count, as_written=as_written)
     layout = cache[key]
-    base = _row_base(offer, today)
+    base = row_base(offer, today)
     if layout.placement is None or layout.speed is None:
         return PickRow(**base | {"fits": False, "excluded": layout.unfit, "options": layout.options})
     placement, speed = layout.placement, layout.speed
@@ -206,7 +222,7 @@ def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = 
                   slo_met=not misses if any(k in speed.metrics for k in _slo_targets(job)) else None)
 
 
-def _row_base(offer: Offer, today: date) -> dict[str, object]:
+def row_base(offer: Offer, today: date) -> dict[str, object]:
     return {"offer_id": offer.id, "provider": offer.provider, "tier": offer.tier, "gpu_sku": offer.gpu,
             "gpu_count": offer.gpu_count, "currency": offer.currency, "observed_at": offer.observed_at,
             "stale": is_stale(offer, today), "gpus_needed": None, "runtime_s": None,

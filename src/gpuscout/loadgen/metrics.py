@@ -23,7 +23,8 @@ from collections import Counter
 from collections.abc import Sequence
 from statistics import fmean
 
-from gpuscout.loadgen.client import CANCELLED_AT_DEADLINE, LoadRun, RequestRecord
+from gpuscout.loadgen import detail
+from gpuscout.loadgen.client import CANCELLED_AT_DEADLINE, STOPPED_OVERSATURATED, LoadRun, RequestRecord
 from gpuscout.loadgen.counts import short_output
 from gpuscout.results.schema import Case, Metric
 from gpuscout.stats import percentile, summarize
@@ -34,6 +35,15 @@ MAX_LAG_S = 0.010
 LAG_FRACTION = 0.05  # … or beyond 5% of the mean inter-arrival gap of an open-loop schedule
 LAG_FLOOR_S = 0.002  # but never stricter than the event loop's ~1 ms timer granularity allows
 MAX_ERROR_RATE = 0.01
+# The client's own saturation (issue 15: runs at 0.9–1.0 of a core stayed valid while their TTFT held tens of
+# ms of client queueing): CPU near one core with the event loop running late. A loop late with its CPU idle
+# was descheduled by a busy machine, not saturated: the send-lag check covers what that delays.
+SATURATED_CPU_FRACTION = 0.9  # of one core, per client process
+SATURATED_LOOP_LAG_S = 0.002  # P95 lateness of a 10 ms timer beyond which the loop is queueing callbacks
+# An image generation answers with one body: no first token, no tokens (its e2e is the latency).
+TOKEN_ONLY = frozenset({"ttft_s", "ttft_from_intended_s", "tpot_s", "chunk_gap_s", "tokens_per_chunk",
+                        "output_tokens_per_s", "goodput_output_tokens_per_s", "ttft_s_p50_bound", "ttft_s_p95_bound",
+                        "ttft_s_p99_bound", "tpot_s_p50_bound", "tpot_s_p95_bound", "tpot_s_p99_bound"})
 
 
 def output_tokens(r: RequestRecord) -> int:
@@ -49,8 +59,8 @@ def successful(run: LoadRun) -> list[RequestRecord]:
 
 
 def cancelled(r: RequestRecord) -> bool:
-    """Still running when the level's duration ended: neither a success nor an error."""
-    return r.error is not None and r.error.startswith(CANCELLED_AT_DEADLINE)
+    """Still running when the level's duration ended (or it was stopped): neither a success nor an error."""
+    return r.error is not None and r.error.startswith((CANCELLED_AT_DEADLINE, STOPPED_OVERSATURATED))
 
 
 def summarize_load(run: LoadRun, *, slo: Slo | None, percentile_needed: float = 95, max_lag_s: float = MAX_LAG_S,
@@ -60,6 +70,13 @@ def summarize_load(run: LoadRun, *, slo: Slo | None, percentile_needed: float = 
     counted = [r for r in measured if not cancelled(r)]
     duration = run.wall_s if run.wall_s > 0 else math.nan
     n_out = [output_tokens(r) for r in ok]
+    latencies = {"ttft_s": [r.chunk_s[0] - r.sent_s for r in ok], "e2e_s": [r.chunk_s[-1] - r.sent_s for r in ok],
+                 "tpot_s": [(r.chunk_s[-1] - r.chunk_s[0]) / (n - 1) for r, n in zip(ok, n_out, strict=True) if n > 1]}
+    if run.endpoint == "images":  # one body per answer: its e2e is the only latency
+        latencies = {"e2e_s": latencies["e2e_s"]}
+    bounds, bound_notes = detail.percentile_bounds(latencies)
+    sources, source_notes = detail.token_sources(ok) if run.endpoint != "images" else ([], [])
+    cpu_fraction = client_cpu_fraction(run)
     metrics = [
         _metric("ttft_s", "s", [r.chunk_s[0] - r.sent_s for r in ok], "first content chunk − send"),
         _metric("e2e_s", "s", [r.chunk_s[-1] - r.sent_s for r in ok], "last content chunk − send"),
@@ -73,23 +90,35 @@ def summarize_load(run: LoadRun, *, slo: Slo | None, percentile_needed: float = 
                 "every gap between consecutive content chunks, pooled"),
         _metric("tokens_per_chunk", "tokens", [n / len(r.chunk_s) for r, n in zip(ok, n_out, strict=True)],
                 "output tokens / content chunks, per request"),
-        _metric("send_lag_s", "s", [r.sent_s - r.intended_s for r in measured], "actual − intended send time"),
+        _metric("send_lag_s", "s", [r.sent_s - r.intended_s - r.connect_s for r in measured],
+                "actual send (bytes written) − intended send − time opening a new connection"),
+        _metric("connect_s", "s", [r.connect_s for r in measured if r.connect_s > 0],
+                "opening a new connection, for the requests that needed one"),
+        _metric("client_loop_lag_s", "s", run.loop_lag_s, "how late the client's 10 ms loop timer fired"),
         _single("output_tokens_per_s", "tokens/s", sum(n_out) / duration, "Σ output tokens / run duration", True),
         _single("requests_per_s", "requests/s", len(ok) / duration, "successful requests / run duration", True),
         *_goodput(ok, n_out, slo, duration),
         _single("error_rate", "fraction", (len(counted) - len(ok)) / len(counted) if counted else 0.0,
                 "failed requests / measured requests (cancelled at the deadline excluded)"),
         _single("client_cpu_s", "s", run.client_cpu_s, "process CPU seconds over the measured phase"),
-        _single("client_cpu_fraction", "fraction", run.client_cpu_s / duration if run.wall_s > 0 else 0.0,
-                "client CPU seconds / run duration (1.0 = one core busy)"),
-        *_token_metrics(ok),
+        _single("client_cpu_fraction", "fraction", cpu_fraction,
+                "CPU seconds of the client's event-loop thread / run duration, the busiest one with --workers "
+                "(1.0 = one core busy)"),
+        _single("client_workers", "processes", run.workers, "client processes sharing the schedule")
+        if run.workers > 1 else None,
+        *_token_metrics(ok), *sources, *bounds,
+        *(detail.steady_metrics(run, ok, n_out) if run.endpoint != "images" else ()),
+        *detail.prefix_metrics(ok, [r.prompt_tokens or r.prompt_tokens_server or 0 for r in ok]),
+        *detail.turn_metrics(ok), *detail.server_metric_list(run, sum(n_out)),
+        *(detail.image_metrics(ok, duration) if run.endpoint == "images" else ()),
         *_error_metrics(counted, ok),
         _single(CANCELLED_AT_DEADLINE, "requests", len(measured) - len(counted),
-                "measured requests still running when the duration ended (not in any statistic)")
-        if len(counted) < len(measured) else None,
+                "measured requests still running when the duration ended or the level was stopped (not in any "
+                "statistic)") if len(counted) < len(measured) else None,
     ]
-    case = Case(name=case_name(run), params=case_params(run), metrics=tuple(m for m in metrics if m is not None),
-                wall_s=run.wall_s, notes=run.notes + _usage_notes(ok))
+    kept = tuple(m for m in metrics if m is not None and not (run.endpoint == "images" and m.name in TOKEN_ONLY))
+    case = Case(name=case_name(run), params=case_params(run), metrics=kept,
+                wall_s=run.wall_s, notes=run.notes + _usage_notes(ok) + tuple(source_notes + bound_notes))
     valid, reasons = validity(run, case, max_lag_s=max_lag_s, max_error_rate=max_error_rate,
                               percentile=percentile_needed)
     verdict = ("valid",) if valid else tuple(f"invalid: {r}" for r in reasons)
@@ -106,6 +135,9 @@ def validity(run: LoadRun, case: Case, *, max_lag_s: float = MAX_LAG_S, max_erro
     if lag is not None and lag.summary is not None and lag.summary.p95 > limit:
         reasons.append(f"the client fell behind its schedule: P95 send lag {lag.summary.p95 * 1e3:.1f} ms > "
                        f"{limit * 1e3:.1f} ms (lower the rate or concurrency, or use a bigger client machine)")
+    reasons += saturation(run, values)
+    if run.stopped:
+        reasons.append(f"stopped early, {run.stopped}")
     error_rate = values["error_rate"].value
     if error_rate > max_error_rate:
         reasons.append(f"error rate {error_rate:.1%} > {max_error_rate:.1%}")
@@ -114,10 +146,38 @@ def validity(run: LoadRun, case: Case, *, max_lag_s: float = MAX_LAG_S, max_erro
     if len(ok) < needed:
         reasons.append(f"{len(ok)} successful request(s); P{percentile:g} needs at least {needed}")
     reasons += count_problems(ok, max_error_rate)
-    throughput = values["output_tokens_per_s"].value
+    rate_name = "images_per_s" if run.endpoint == "images" else "output_tokens_per_s"
+    throughput = values[rate_name].value if rate_name in values else 0.0
     if ok and not (math.isfinite(throughput) and throughput > 0):
-        reasons.append(f"output throughput {throughput:g} tokens/s is not a positive number")
+        unit = "images/s" if run.endpoint == "images" else "tokens/s"
+        reasons.append(f"output throughput {throughput:g} {unit} is not a positive number")
     return not reasons, reasons
+
+
+def client_cpu_fraction(run: LoadRun) -> float:
+    """CPU seconds / run duration of the busiest event loop (one thread each; its process's CPU when unknown)."""
+    if run.wall_s <= 0:
+        return 0.0
+    return max(run.loop_cpu_s or run.worker_cpu_s or (run.client_cpu_s,)) / run.wall_s
+
+
+def saturation(run: LoadRun, values: dict[str, Metric]) -> list[str]:
+    """The client's own saturation: its queueing would be inside every latency it records."""
+    lag = values.get("client_loop_lag_s")
+    loop_p95 = lag.summary.p95 if lag is not None and lag.summary is not None else 0.0
+    cpu = max(values["client_cpu_fraction"].value, loop_demand_fraction(run))
+    if cpu >= SATURATED_CPU_FRACTION and loop_p95 > SATURATED_LOOP_LAG_S:
+        return [f"the client was saturated: its event loop asked for {cpu:.2f} of a core and ran {loop_p95 * 1e3:.1f} "
+                "ms late (P95), so its own queueing is inside the latencies (use --workers N, a lower level, or a "
+                "client machine with cores to spare)"]
+    return []
+
+
+def loop_demand_fraction(run: LoadRun) -> float:
+    """(CPU + run-queue wait) / duration of the busiest event-loop thread: the share of a core it wanted."""
+    if run.wall_s <= 0 or not run.loop_wait_s or len(run.loop_wait_s) != len(run.loop_cpu_s):
+        return 0.0
+    return max(c + w for c, w in zip(run.loop_cpu_s, run.loop_wait_s, strict=True)) / run.wall_s
 
 
 def count_problems(ok: list[RequestRecord], max_error_rate: float = MAX_ERROR_RATE) -> list[str]:
@@ -170,15 +230,27 @@ def case_name(run: LoadRun) -> str:
     s = run.shape
     if s.kind == "concurrency":
         return f"concurrency {s.concurrency}"
+    if s.kind == "sessions":
+        return f"{s.concurrency} users"
+    if s.kind == "trace":
+        return f"trace ×{s.speedup:g}"
     burst = f", k={s.burstiness:g}" if s.kind == "gamma" else ""
     return f"{s.kind} {s.rate_rps:g} rps{burst}"
 
 
 def case_params(run: LoadRun) -> dict[str, str | int | float | bool | None]:
     s = run.shape
-    return {"arrival": s.kind, "concurrency": s.concurrency, "rate_rps": s.rate_rps,
-            "burstiness": s.burstiness if s.kind == "gamma" else None, "requests": s.requests,
-            "duration_s": s.duration_s, "warmup": s.warmup_requests}
+    params: dict[str, str | int | float | bool | None] = {
+        "arrival": s.kind, "concurrency": s.concurrency, "rate_rps": s.rate_rps,
+        "burstiness": s.burstiness if s.kind == "gamma" else None, "requests": s.requests,
+        "duration_s": s.duration_s, "warmup": s.warmup_requests}
+    if s.kind == "trace":
+        params["speedup"] = s.speedup
+    if s.kind == "sessions":
+        params["think_s"] = s.think_s
+    if run.workers > 1:
+        params["workers"] = run.workers
+    return params
 
 
 def _meets(r: RequestRecord, n: int, slo: Slo | None) -> bool:

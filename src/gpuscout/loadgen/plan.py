@@ -14,7 +14,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from gpuscout.errors import SpecError
 from gpuscout.loadgen.client import MAX_TIMEOUT_S, Endpoint, default_timeout_s, endpoint_url
-from gpuscout.loadgen.schedule import MAX_CONCURRENCY, MAX_REQUESTS_PER_LEVEL, LoadShape, check_schedule_size
+from gpuscout.loadgen.schedule import (
+    MAX_CONCURRENCY,
+    MAX_REQUESTS_PER_LEVEL,
+    LoadShape,
+    ShapeKind,
+    check_schedule_size,
+)
 from gpuscout.results.schema import BillingType
 from gpuscout.workload.job import Slo
 
@@ -57,6 +63,21 @@ class LoadPlan(BaseModel):
     runs: int = Field(3, ge=1, le=100)
     region: str | None = Field(None, max_length=200)  # where the server was rented (a fixed variable)
     billing: BillingType | None = None  # on-demand / spot / reserved (a fixed variable)
+    # Production-like traffic (docs/measurement.md §2.11–§2.12)
+    prefix_share: float = Field(0.0, ge=0, lt=1)  # share of each prompt's tokens shared with its group
+    prefix_groups: int = Field(1, ge=1, le=100_000)  # distinct shared prefixes
+    prefix_control: bool = False  # also run every level with the same lengths and no shared prefix
+    turns: int | None = Field(None, ge=1, le=1000)  # multi-turn conversations of this many turns
+    think_s: float = Field(0.0, ge=0, le=86_400)  # pause between an answer and the next turn
+    trace: Path | None = None  # a Mooncake-format trace replayed on its own schedule
+    speedup: float = Field(1.0, gt=0, le=1e6)  # trace replay speed
+    sharegpt: Path | None = None  # a ShareGPT-style JSON file of conversations
+    multi_turn: bool = False  # ShareGPT: send whole conversations, not only their first turns
+    metrics_url: str | None = None  # the server's Prometheus /metrics (scraped before, during, after)
+    workers: int = Field(1, ge=1, le=64)  # client processes sharing one schedule
+    image_size: str | None = Field(None, pattern=r"^\d{2,5}x\d{2,5}$")  # images endpoint: e.g. 1024x1024
+    server_gpu: str | None = Field(None, max_length=100)  # the server's GPU (catalog name): feeds pick
+    server_gpus: int = Field(1, ge=1, le=64)  # GPUs behind the endpoint (one replica)
 
     @model_validator(mode="after")
     def _consistent(self) -> LoadPlan:
@@ -70,19 +91,44 @@ class LoadPlan(BaseModel):
             raise ValueError("sweep levels must be positive")
         if self.closed_loop and any(not 1 <= level <= MAX_CONCURRENCY for level in self.sweep):
             raise ValueError(f"a concurrency sweep's levels must be from 1 to {MAX_CONCURRENCY} requests in flight")
-        if not self.closed_loop and self.requests is None and self.duration_s is not None:
-            for level in (*self.sweep, *((self.rate,) if self.rate is not None else ())):
+        if self.rate is not None and self.requests is None and self.duration_s is not None:
+            for level in (*self.sweep, self.rate):
                 check_schedule_size(level, self.duration_s)  # before anything is built or sent
+        sources = [name for name, given in (("--dataset", self.dataset), ("--trace", self.trace),
+                                            ("--sharegpt", self.sharegpt)) if given is not None]
+        if len(sources) > 1:
+            raise ValueError(f"{' and '.join(sources)} were both given; prompts come from one source")
+        if self.trace is not None and (self.concurrency is not None or self.rate is not None):
+            raise ValueError("a trace is replayed on its own schedule: drop --concurrency/--rate (use --speedup)")
+        if self.sessions and self.rate is not None:
+            raise ValueError("conversations are sent by users (--concurrency), each turn after the last answer: "
+                             "drop --rate")
+        if self.prefix_share and (self.trace or self.sharegpt or self.dataset or self.sessions):
+            raise ValueError("--prefix-share builds synthetic prompts: it cannot be combined with a dataset, a "
+                             "trace or conversations")
+        if self.prefix_control and not self.prefix_share:
+            raise ValueError("--prefix-control compares shared prefixes with unshared ones: give --prefix-share")
+        if self.endpoint == "images" and (self.sessions or self.trace):
+            raise ValueError("image generations are single prompts: no --turns, --multi-turn or --trace")
         endpoint_url(self.url, self.endpoint)  # a malformed URL is refused before any work
+        if self.metrics_url is not None:
+            endpoint_url(self.metrics_url, self.endpoint)
         return self
 
     @property
+    def sessions(self) -> bool:
+        """Multi-turn conversations: synthetic (--turns) or a ShareGPT file's (--multi-turn)."""
+        return self.turns is not None or (self.sharegpt is not None and self.multi_turn)
+
+    @property
     def closed_loop(self) -> bool:
-        return self.rate is None
+        return self.rate is None and self.trace is None
 
     @property
     def level(self) -> float | None:
-        """The single level asked for (concurrency or rate), if any."""
+        """The single level asked for (concurrency or users, rate, or a trace's speed-up), if any."""
+        if self.trace is not None:
+            return self.speedup
         return self.concurrency if self.closed_loop else self.rate
 
     @property
@@ -118,14 +164,18 @@ def parse_levels(text: str) -> tuple[float, ...]:
                         "Pass levels like --sweep 1,2,4,8.") from None
 
 
-def shape_at(plan: LoadPlan, level: float) -> LoadShape:
-    """The load shape of one level of the plan (concurrency rounds down to whole requests)."""
-    key: dict[str, Any] = {"concurrency": int(level)} if plan.closed_loop else {"rate_rps": float(level)}
+def shape_at(plan: LoadPlan, level: float, trace_requests: int | None = None) -> LoadShape:
+    """The load shape of one level of the plan (concurrency rounds down to whole requests; a trace's level is
+    its speed-up, and it sends `trace_requests`, its length, unless told fewer)."""
+    key: dict[str, Any] = {"concurrency": max(1, int(level))} if plan.closed_loop else {"rate_rps": float(level)}
+    kind: ShapeKind = "sessions" if plan.sessions else "concurrency" if plan.closed_loop else plan.arrival
     requests = plan.requests if plan.requests or plan.duration_s else DEFAULT_REQUESTS
+    if plan.trace is not None:
+        kind, key = "trace", {"speedup": float(level)}
+        requests = min(plan.requests or trace_requests or DEFAULT_REQUESTS, trace_requests or MAX_REQUESTS_PER_LEVEL)
     try:
-        return LoadShape(kind="concurrency" if plan.closed_loop else plan.arrival, burstiness=plan.burstiness,
-                         requests=requests, duration_s=plan.duration_s, warmup_requests=plan.warmup, seed=plan.seed,
-                         **key)
+        return LoadShape(kind=kind, burstiness=plan.burstiness, requests=requests, duration_s=plan.duration_s,
+                         warmup_requests=plan.warmup, seed=plan.seed, think_s=plan.think_s, **key)
     except ValidationError as exc:
         raise SpecError(f"Invalid load shape at level {level:g}: {exc.errors()[0]['msg']}.",
                         "Concurrency, rate, requests and duration must be positive; warm-up ≥ 0.",

@@ -6,6 +6,9 @@ script slept one relative gap after each send, so lag added up: docs/measurement
 Inter-arrival gaps follow vLLM's model: Gamma(shape=k, scale=1/(λ·k)) has mean 1/λ and coefficient of
 variation 1/√k; k = 1 is Poisson, k < 1 burstier, k → ∞ constant. Seeded, so schedules are reproducible.
 Closed loop (fixed concurrency) has no schedule: each worker sends when its previous request ends.
+Two more shapes come from the workload: `trace` replays a trace's own arrival times (divided by
+`speedup`), and `sessions` runs `concurrency` users through multi-turn conversations, each turn sent
+`think_s` after the previous answer ended (a closed loop per user).
 
 A level sends at most `MAX_REQUESTS_PER_LEVEL` measured requests with at most `MAX_CONCURRENCY` in
 flight (docs/measurement.md §2.1): every request's record is kept in memory until the level ends, and
@@ -20,7 +23,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ShapeKind = Literal["concurrency", "constant", "poisson", "gamma"]
+ShapeKind = Literal["concurrency", "constant", "poisson", "gamma", "trace", "sessions"]
+CLOSED = frozenset({"concurrency", "sessions"})
 MAX_REQUESTS_PER_LEVEL = 100_000  # records stay in memory (~16 KB each at 128 output tokens); 3 min at 600 rps
 MAX_CONCURRENCY = 4096  # one connection (and client) each; this client sustains 64 on 2 cores
 
@@ -36,12 +40,14 @@ class LoadShape(BaseModel):
     duration_s: float | None = Field(None, gt=0)
     warmup_requests: int = Field(0, ge=0, le=MAX_REQUESTS_PER_LEVEL)
     seed: int = 0
+    speedup: float = Field(1.0, gt=0, le=1e6)  # trace: arrival times divided by this
+    think_s: float = Field(0.0, ge=0, le=86_400)  # sessions: pause between an answer and the next turn
 
     @model_validator(mode="after")
     def _consistent(self) -> LoadShape:
-        if self.kind == "concurrency" and self.concurrency is None:
+        if self.kind in CLOSED and self.concurrency is None:
             raise ValueError("a closed-loop shape needs concurrency")
-        if self.kind != "concurrency" and self.rate_rps is None:
+        if self.kind not in CLOSED and self.kind != "trace" and self.rate_rps is None:
             raise ValueError(f"a {self.kind} shape needs rate_rps")
         if self.requests is None and self.duration_s is None:
             raise ValueError("a shape needs a request count or a duration")
@@ -68,10 +74,14 @@ def planned_requests(shape: LoadShape) -> int:
     return MAX_REQUESTS_PER_LEVEL  # closed loop bounded by time: the level also ends at this many
 
 
-def send_offsets(shape: LoadShape, n: int) -> list[float] | None:
-    """Absolute send offsets (s from t0) of n open-loop requests; None for closed loop. First send at 0."""
-    if shape.kind == "concurrency":
+def send_offsets(shape: LoadShape, n: int, arrivals: list[float] | None = None) -> list[float] | None:
+    """Absolute send offsets (s from t0) of n open-loop requests; None for closed loop. First send at 0.
+    A trace's offsets are its `arrivals` (s from its first request) / speedup."""
+    if shape.kind in CLOSED:
         return None
+    if shape.kind == "trace":
+        first = min(arrivals or [0.0])
+        return [(a - first) / shape.speedup for a in (arrivals or [])[:n]]
     assert shape.rate_rps is not None
     rate = shape.rate_rps
     if shape.kind == "constant":

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from gpuscout.loadgen.client import LoadInterrupted, Progress, endpoint_url
 from gpuscout.loadgen.metrics import mark_interrupted, summarize_load
@@ -31,6 +32,8 @@ from gpuscout.loadgen.plan import LoadPlan, shape_at
 from gpuscout.loadgen.run import build_result, file_sha256, measure_case
 from gpuscout.loadgen.schedule import LoadShape
 from gpuscout.loadgen.search import SearchResult, search_max_load
+from gpuscout.loadgen.trace import trace_workload
+from gpuscout.loadgen.traffic import conversation_workload, shared_prefix_workload, sharegpt_workload
 from gpuscout.loadgen.workload import Workload, dataset_workload, save_workload, synthetic_workload
 from gpuscout.results.runs import merge_runs
 from gpuscout.results.schema import BenchResult, Case
@@ -69,17 +72,29 @@ def run_plan(plan: LoadPlan, *, output: Path | None = None, progress: ProgressFa
     return LoadOutcome(result=session.result(True), search=found)
 
 
+Key = tuple[float, bool]  # (level, the control run without shared prefixes)
+CONTROL = ", no shared prefix"
+
+
+def level_of(shape: LoadShape) -> float:
+    """The level a shape measures: users or concurrency, rate, or a trace's speed-up."""
+    if shape.kind == "trace":
+        return shape.speedup
+    return float(shape.concurrency if shape.concurrency is not None else shape.rate_rps or 0)
+
+
 class _Session:
     """The runs measured so far, by level, and the result they make."""
 
     def __init__(self, plan: LoadPlan, workload: Workload, output: Path | None, progress: ProgressFactory | None,
                  checkpoint: Checkpoint | None) -> None:
         self.plan, self.workload, self.output = plan, workload, output
+        self.control = build_workload(plan, unshared=True) if plan.prefix_control else None
         self.progress, self.checkpoint = progress, checkpoint
         self.url = endpoint_url(plan.url, plan.endpoint)
-        self.runs: dict[float, list[Case]] = {}  # level → its runs, in the order first measured
-        self.shapes: dict[float, LoadShape] = {}
-        self.in_flight: LoadShape | None = None
+        self.runs: dict[Key, list[Case]] = {}  # level → its runs, in the order first measured
+        self.shapes: dict[Key, LoadShape] = {}
+        self.in_flight: tuple[LoadShape, bool] | None = None
         self.saved: list[str | None] = []  # the workload file's sha256, once written
 
     def cases(self) -> list[Case]:
@@ -89,23 +104,44 @@ class _Session:
         cases = self.cases()
         if cases and not self.saved:
             self.saved.append(_save_workload(self.workload, self.output))
-        return build_result(url=self.url, model=self.plan.model, workload=self.workload,
+        plan = self.plan
+        return build_result(url=self.url, model=plan.model, workload=self.workload,
                             workload_hash=self.saved[0] if self.saved else None, cases=cases,
-                            shapes=[self.shapes[level] for level in self.runs] or [_first_shape(self.plan)],
-                            endpoint=self.plan.endpoint, stream=self.plan.stream, notes=notes, complete=complete,
-                            region=self.plan.region, billing=self.plan.billing)
+                            shapes=[self.shapes[key] for key in self.runs] or [self.first_shape()],
+                            endpoint=plan.endpoint, stream=plan.stream, notes=notes, complete=complete,
+                            region=plan.region, billing=plan.billing, extra_settings=traffic_settings(plan),
+                            server_gpu=plan.server_gpu, server_gpus=plan.server_gpus)
+
+    def shape(self, level: float) -> LoadShape:
+        return shape_at(self.plan, level, len(self.workload.prompts))
+
+    def first_shape(self) -> LoadShape:
+        """The shape of the plan's first level (for a result in which no level finished)."""
+        plan = self.plan
+        return self.shape(plan.sweep[0] if plan.sweep else plan.level if plan.level is not None else 1)
 
     def run_once(self, level: float) -> Case:
-        """One run of one level, kept and checkpointed."""
-        shape = self.shapes.setdefault(level, shape_at(self.plan, level))
-        self.in_flight = shape
+        """One run of one level (and of its control, with --prefix-control), kept and checkpointed."""
+        case = self._run(level, False)
+        if self.control is not None:
+            self._run(level, True)
+        return case
+
+    def _run(self, level: float, control: bool) -> Case:
+        key = (level, control)
+        shape = self.shapes.setdefault(key, self.shape(level))
+        self.in_flight = (shape, control)
         plan = self.plan
         with self.progress(shape) if self.progress else nullcontext() as update:
-            case = measure_case(plan.url, plan.model, self.workload, shape, endpoint=plan.endpoint,
-                                stream=plan.stream, api_key_env=plan.api_key_env, timeout_s=plan.request_timeout_s,
-                                slo=plan.slo, percentile=plan.percentile, progress=update)[1]
+            case = measure_case(plan.url, plan.model, self.control if control and self.control else self.workload,
+                                shape, endpoint=plan.endpoint, stream=plan.stream, api_key_env=plan.api_key_env,
+                                timeout_s=plan.request_timeout_s, slo=plan.slo, percentile=plan.percentile,
+                                progress=update, extra_body=_extra_body(plan), metrics_url=plan.metrics_url,
+                                workers=plan.workers)[1]
+        if control:
+            case = case.model_copy(update={"name": case.name + CONTROL, "params": case.params | {"prefix": "unshared"}})
         self.in_flight = None
-        self.runs.setdefault(level, []).append(case)
+        self.runs.setdefault(key, []).append(case)
         if self.checkpoint is not None:
             done = sum(len(r) for r in self.runs.values())
             self.checkpoint(self.result(False, (f"partial: {done} run(s) of {len(self.runs)} level(s) measured so "
@@ -114,10 +150,10 @@ class _Session:
 
     def run_level(self, shape: LoadShape) -> Case:
         """Every run of one level, back to back (an SLO search needs the level's verdict at once)."""
-        level = float(shape.concurrency if shape.concurrency is not None else shape.rate_rps or 0)
+        level = level_of(shape)
         for _ in range(self.plan.runs):
             self.run_once(level)
-        return merge_runs(self.runs[level])
+        return merge_runs(self.runs[(level, False)])
 
     def interrupted(self, stop: KeyboardInterrupt) -> LoadOutcome:
         how = signal.Signals(getattr(stop, "signum", None) or signal.SIGINT).name
@@ -125,11 +161,14 @@ class _Session:
         levels = len(self.runs)
         kept = ""
         if run is not None and self.in_flight is not None:
-            level = float(self.in_flight.concurrency or self.in_flight.rate_rps or 0)
+            shape, control = self.in_flight
+            key = (level_of(shape), control)
             finished = sum(1 for r in run.records if not r.warmup)
-            if level not in self.runs:  # the level's only data: keep it, marked (and so invalid)
+            if key not in self.runs:  # the level's only data: keep it, marked (and so invalid)
                 case = summarize_load(run, slo=self.plan.slo, percentile_needed=self.plan.percentile)
-                self.runs[level] = [mark_interrupted(case, f"interrupted by {how} with {finished} request(s) finished")]
+                if control:
+                    case = case.model_copy(update={"name": case.name + CONTROL})
+                self.runs[key] = [mark_interrupted(case, f"interrupted by {how} with {finished} request(s) finished")]
                 kept = ", the level in flight kept with its finished requests"
             else:  # its complete runs stand; the cut-short one would bias them
                 kept = f", the run in flight dropped ({finished} request(s) finished; the level's earlier runs stand)"
@@ -139,7 +178,7 @@ class _Session:
 
 def _measure(plan: LoadPlan, session: _Session) -> SearchResult | None:
     def make_shape(level: float) -> LoadShape:
-        return shape_at(plan, level)
+        return session.shape(level)
 
     if plan.sweep:
         for _ in range(plan.runs):  # interleaved: run 1 of every level, then run 2 …
@@ -149,26 +188,53 @@ def _measure(plan: LoadPlan, session: _Session) -> SearchResult | None:
     if plan.search:
         assert plan.slo is not None  # LoadPlan refuses a search without targets
         hi = plan.level if plan.level is not None else SEARCH_CEILING
-        lo = 1 if plan.closed_loop else hi / 16
+        lo = 1 if plan.closed_loop else hi / 16  # a trace's speed-up searches like a rate
         return search_max_load(session.run_level, make_shape, slo=plan.slo, lo=lo, hi=hi, steps=SEARCH_STEPS,
                                latency_from="intended")
     session.run_level(make_shape(plan.level if plan.level is not None else 1))
     return None
 
 
-def _first_shape(plan: LoadPlan) -> LoadShape:
-    """The shape of the plan's first level (for a result in which no level finished)."""
-    return shape_at(plan, plan.sweep[0] if plan.sweep else plan.level if plan.level is not None else 1)
-
-
-def build_workload(plan: LoadPlan) -> Workload:
-    """The prompts of the plan: the user's dataset, or synthetic prompts of exact token lengths."""
+def build_workload(plan: LoadPlan, *, unshared: bool = False) -> Workload:
+    """The prompts of the plan: a trace, a ShareGPT file, the user's dataset, conversations, shared-prefix or
+    plain synthetic prompts; `unshared`: the shared-prefix prompts' control, every prefix its own."""
+    if plan.trace is not None:
+        return trace_workload(plan.trace, tokenizer_path=plan.tokenizer, seed=plan.seed, limit=plan.requests)
+    if plan.sharegpt is not None:
+        return sharegpt_workload(plan.sharegpt, output_tokens=plan.output_tokens, tokenizer_path=plan.tokenizer,
+                                 seed=plan.seed, multi_turn=plan.multi_turn)
     if plan.dataset is not None:
         return dataset_workload(plan.dataset, n=None, output_tokens=plan.output_tokens,
                                 tokenizer_path=plan.tokenizer, seed=plan.seed)
+    if plan.turns is not None:
+        users = max((int(x) for x in plan.sweep), default=plan.concurrency or 1)
+        conversations = max(users, -(-plan.prompts_needed // plan.turns))
+        return conversation_workload(conversations, turns=plan.turns, prompt_tokens=plan.prompt_tokens,
+                                     output_tokens=plan.output_tokens, tokenizer_path=plan.tokenizer, seed=plan.seed)
+    if plan.prefix_share:
+        return shared_prefix_workload(plan.prompts_needed, prompt_tokens=plan.prompt_tokens,
+                                      output_tokens=plan.output_tokens, prefix_share=plan.prefix_share,
+                                      groups=plan.prefix_groups, tokenizer_path=plan.tokenizer, seed=plan.seed,
+                                      unshared=unshared)
     return synthetic_workload(plan.prompts_needed, prompt_tokens=plan.prompt_tokens, output_tokens=plan.output_tokens,
                               distribution=plan.prompt_dist, spread=plan.prompt_spread,
                               tokenizer_path=plan.tokenizer, seed=plan.seed)
+
+
+def _extra_body(plan: LoadPlan) -> dict[str, Any]:
+    """Fields added to every request: an image size; llama.cpp's cache_prompt where prefixes are shared."""
+    extra: dict[str, Any] = {}
+    if plan.endpoint == "images" and plan.image_size:
+        extra["size"] = plan.image_size
+    return extra
+
+
+def traffic_settings(plan: LoadPlan) -> dict[str, str | int | float | bool | None]:
+    """The fixed variables of the traffic beyond the shape (two results compare only when these match)."""
+    return {"prefix_share": plan.prefix_share or None, "prefix_groups": plan.prefix_groups if plan.prefix_share
+            else None, "turns": plan.turns, "think_s": plan.think_s or None,
+            "trace": str(plan.trace) if plan.trace else None, "speedup": plan.speedup if plan.trace else None,
+            "sharegpt": str(plan.sharegpt) if plan.sharegpt else None, "image_size": plan.image_size}
 
 
 def workload_path(output: Path) -> Path:

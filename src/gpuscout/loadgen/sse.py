@@ -16,10 +16,14 @@ lines are assembled in linear time and capped at `MAX_LINE_BYTES`; `usage` numbe
 from __future__ import annotations
 
 import json
+import json.scanner
 import math
 from typing import Any, NamedTuple
 
 MAX_LINE_BYTES = 1 << 20  # one SSE line; a real chunk is a few hundred bytes (a few KiB with logprobs)
+# json.loads's C scanner without the wrappers around it (the same parser, NaN and Infinity included): a
+# stream carries one JSON object per token, so the per-call overhead is most of the client's CPU.
+_scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: a decoder is what it takes
 
 
 class SseEvent(NamedTuple):
@@ -92,9 +96,12 @@ def parse_line(line: bytes, *, chat: bool) -> SseEvent:
     if payload == b"[DONE]":
         return DONE
     try:
-        obj = json.loads(payload)
-    except (ValueError, RecursionError):  # RecursionError: [[[[… nested past the interpreter's limit
+        text = payload.decode()
+        obj, end = _scan(text, 0)  # json.loads's own scanner, called directly: one call per event
+    except (ValueError, RecursionError, StopIteration):  # RecursionError: [[[[… past the interpreter's limit
         raise MalformedSseError(payload[:80].decode("utf-8", "replace")) from None
+    if end != len(text):  # "extra data" to json.loads
+        raise MalformedSseError(payload[:80].decode("utf-8", "replace"))
     if not isinstance(obj, dict):
         raise MalformedSseError(payload[:80].decode("utf-8", "replace"))
     return parse_object(obj, chat=chat, delta=True)
@@ -109,23 +116,39 @@ def parse_object(obj: object, *, chat: bool, delta: bool) -> SseEvent:
         return EMPTY
     text = None
     choices = obj.get("choices")
-    if choices and isinstance(choices, list):
+    if choices and choices.__class__ is list:  # JSON values have exact types: no subclass to allow for
         first = choices[0]
-        if isinstance(first, dict):
+        if first.__class__ is dict:
             if chat:
                 part = first.get("delta" if delta else "message")
-                if isinstance(part, dict):
+                if part.__class__ is dict:
                     # Reasoning models stream their thinking first; it is generated output, so it counts.
                     text = part.get("content")
-                    if not (text and isinstance(text, str)):
+                    if not text or text.__class__ is not str:
                         text = part.get("reasoning_content")
-                        if not (text and isinstance(text, str)):
+                        if not text or text.__class__ is not str:
                             text = part.get("reasoning")
             else:
                 text = first.get("text")
-    error = obj.get("error")
-    return SseEvent(text if isinstance(text, str) else None, obj.get("usage"), False,
-                    _error_text(error) if error else None)
+    usage = obj.get("usage")
+    if usage is None and "timings" in obj and isinstance(obj["timings"], dict):
+        usage = _timings_usage(obj["timings"])
+    if "error" not in obj:
+        return SseEvent(text if text.__class__ is str else None, usage, False, None)
+    error = obj["error"]
+    return SseEvent(text if isinstance(text, str) else None, usage, False, _error_text(error) if error else None)
+
+
+def _timings_usage(timings: dict[str, Any]) -> dict[str, Any] | None:
+    """llama.cpp's server ends a stream with `timings` (predicted_n, prompt_n, cache_n) where it sends no
+    `usage`: the same counts under OpenAI's names, so they are checked like any usage (`read_usage`)."""
+    if "predicted_n" not in timings:
+        return None
+    prompt, cached = timings.get("prompt_n"), timings.get("cache_n")
+    usage: dict[str, Any] = {"completion_tokens": timings["predicted_n"]}
+    if isinstance(prompt, int) and isinstance(cached, int) and not isinstance(prompt, bool):
+        usage |= {"prompt_tokens": prompt + cached, "prompt_tokens_details": {"cached_tokens": cached}}
+    return usage
 
 
 def _error_text(error: Any) -> str:
@@ -147,6 +170,7 @@ class Usage(NamedTuple):
     reasoning: int | None  # completion_tokens_details.reasoning_tokens: hidden thinking, when reported
     ignored: str | None  # a count that is not a number (a string, a list …): ignored, noted
     impossible: str | None  # a number no count can be (negative, fractional, NaN): ignored, run invalid
+    cached: int | None = None  # prompt_tokens_details.cached_tokens: prompt tokens the server took from its cache
 
 
 NO_USAGE = Usage(None, None, None, None, None)
@@ -162,7 +186,11 @@ def read_usage(raw: object) -> Usage:
     prompt, p_bad, p_impossible = _count(raw, "prompt_tokens")
     details = raw.get("completion_tokens_details")
     reasoning = _count(details, "reasoning_tokens")[0] if isinstance(details, dict) else None
-    return Usage(completion, prompt, reasoning, c_bad or p_bad, c_impossible or p_impossible)
+    prompt_details = raw.get("prompt_tokens_details")
+    cached = _count(prompt_details, "cached_tokens")[0] if isinstance(prompt_details, dict) else None
+    if cached is not None and prompt is not None and cached > prompt:
+        cached = None  # more cached than sent cannot be true: not used
+    return Usage(completion, prompt, reasoning, c_bad or p_bad, c_impossible or p_impossible, cached)
 
 
 def _count(obj: dict[str, Any], name: str) -> tuple[int | None, str | None, str | None]:

@@ -15,6 +15,7 @@ normal(target, σ = spread), each clipped to at least one token.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -54,6 +55,9 @@ class Prompt(BaseModel):
     text: str  # the prompt (completions) or the user message (chat)
     prompt_tokens: int  # by the tokenizer when given, else the target count (approximate)
     output_tokens: int  # requested max_tokens (with ignore_eos-style settings)
+    prefix_tokens: int = 0  # leading tokens shared with other prompts (a system prompt, a document)
+    group: int | None = None  # the shared prefix it carries (prompts of one group share it)
+    arrival_s: float | None = None  # a trace's arrival time, s from its first request
 
 
 class Workload(BaseModel):
@@ -64,6 +68,8 @@ class Workload(BaseModel):
     seed: int
     tokenizer: str | None  # path of the local tokenizer used, if any
     description: str  # e.g. "prompt tokens normal(512, 64), output 128, seed 0"
+    # Multi-turn: each conversation's turns, as indices into `prompts` (their user messages, in order).
+    conversations: tuple[tuple[int, ...], ...] = ()
 
 
 def synthetic_workload(n: int, *, prompt_tokens: int, output_tokens: int, distribution: Distribution = "fixed",
@@ -135,6 +141,15 @@ def dataset_workload(path: Path, *, n: int | None, output_tokens: int, tokenizer
 def save_workload(workload: Workload, path: Path) -> None:
     """Write the workload as JSON atomically, next to the result that used it."""
     write_atomic(path, workload.model_dump_json(indent=2), what="workload file")
+
+
+def text_maker(tokenizer_path: str | None) -> Callable[[int, random.Random], str]:
+    """A function (k, rng) → text of k tokens: exact by the tokenizer when given, else k common words."""
+    if tokenizer_path is None:
+        return lambda k, rng: " ".join(rng.choices(_WORDS, k=k))
+    tokenizer = _load_tokenizer(tokenizer_path)
+    pool = _vocabulary_pool(tokenizer)
+    return lambda k, rng: _exact_text(tokenizer, pool, k, rng)
 
 
 def count_tokens(text: str, tokenizer_path: str | None) -> int | None:

@@ -16,6 +16,7 @@ from gpuscout.loadgen.schedule import LoadShape
 from gpuscout.loadgen.search import SearchResult
 from gpuscout.loadgen.session import workload_path
 from gpuscout.report.layout import label_column, number_column, prose_column
+from gpuscout.report.load_detail import detail_tables
 from gpuscout.report.numbers import common_unit, in_unit, money, percent, sig
 from gpuscout.results.schema import BenchResult, Case, Metric
 
@@ -50,6 +51,9 @@ LATENCIES = (("ttft_s", "p50", "TTFT\nP50"), ("ttft_s", "p95", "TTFT\nP95"), ("t
              ("tpot_s", "p95", "TPOT\nP95"))
 WIDE_LATENCIES = (("e2e_s", "p95", "e2e\nP95"), ("ttft_from_intended_s", "p95", "TTFT P95\nintended"),
                   ("send_lag_s", "p95", "lag\nP95"))
+IMAGE_LATENCIES = (("e2e_s", "p50", "e2e\nP50"), ("e2e_s", "p95", "e2e\nP95"),
+                   ("seconds_per_image", "p50", "s/image\nP50"), ("seconds_per_image", "p95", "s/image\nP95"))
+IMAGE_FORMULAS = ("e2e = whole answer − send; s/image = e2e / images in the answer; img/s = Σ images / duration",)
 
 
 def load_screen(result: BenchResult, *, output: Path | None, costs: Sequence[LoadCost],
@@ -60,17 +64,20 @@ def load_screen(result: BenchResult, *, output: Path | None, costs: Sequence[Loa
     every latency in one unit named in the title; `--wide` adds e2e, the latency from the intended
     send time, the send lag and the error rate.
     """
-    latencies = LATENCIES + (WIDE_LATENCIES if wide else ())
+    images = result.fixed.settings.get("endpoint") == "images"
+    latencies = IMAGE_LATENCIES if images else LATENCIES + (WIDE_LATENCIES if wide else ())
     unit, factor = common_unit(_latency_values(result, latencies), "s")
     table = Table(title=f"gpuscout load — {result.fixed.model} ({result.fixed.settings.get('endpoint')}, "
                         f"{'stream' if result.fixed.settings.get('stream') else 'no stream'}); latencies in {unit}")
     prose_column(table, "case")
-    for header in ("ok/sent", "req/s", "out\ntok/s", *(h for _, _, h in latencies), *(("errors",) if wide else ())):
+    for header in ("ok/sent", "req/s", "img/s" if images else "out\ntok/s", *(h for _, _, h in latencies),
+                   *(("errors",) if wide else ())):
         number_column(table, header)
     label_column(table, "valid")
     for case in result.cases:
-        table.add_row(*_row(case, latencies, factor, wide=wide))
-    parts: list[RenderableType] = [table, Text("\n".join(FORMULAS), style="dim")]
+        table.add_row(*_row(case, latencies, factor, wide=wide, images=images))
+    parts: list[RenderableType] = [table, Text("\n".join(IMAGE_FORMULAS if images else FORMULAS), style="dim"),
+                                   *detail_tables(result)]
     for case in result.cases:
         for note in case.notes:
             if note != "valid":
@@ -96,13 +103,16 @@ def _latency_values(result: BenchResult, latencies: Sequence[tuple[str, str, str
     return values
 
 
-def _row(case: Case, latencies: Sequence[tuple[str, str, str]], factor: float, *, wide: bool) -> list[str | Text]:
+def _row(case: Case, latencies: Sequence[tuple[str, str, str]], factor: float, *, wide: bool,
+         images: bool = False) -> list[str | Text]:
     m = {x.name: x for x in case.metrics}
     sent = int(case.params.get("requests") or 0) or len(m["send_lag_s"].samples if "send_lag_s" in m else ())
-    ok = m["ttft_s"].summary.n if "ttft_s" in m and m["ttft_s"].summary else 0
+    first = "e2e_s" if images else "ttft_s"
+    summary = m[first].summary if first in m else None
+    ok = summary.n if summary is not None else 0
     valid = Text("yes") if "valid" in case.notes else Text("no", style="red")
     cells: list[str | Text] = [case.name, f"{ok}/{sent}", _value(m.get("requests_per_s")),
-                               _value(m.get("output_tokens_per_s"))]
+                               _value(m.get("images_per_s" if images else "output_tokens_per_s"))]
     cells += [_latency(m.get(name), field, factor) for name, field, _ in latencies]
     if wide:
         cells.append(percent(m["error_rate"].value, 1) if "error_rate" in m else "—")
@@ -112,10 +122,16 @@ def _row(case: Case, latencies: Sequence[tuple[str, str, str]], factor: float, *
 def _cost_table(result: BenchResult, costs: Sequence[LoadCost]) -> Table:
     table = Table(title=f"Cost at {money(costs[0].usd_per_hour)}/h ({costs[0].price_source})")
     prose_column(table, "case")
-    for col in ("$ / 1M output\ntokens", "$ / request", "$ / 1M goodput\ntokens"):
+    images = result.fixed.settings.get("endpoint") == "images"
+    saving = any(c.prefix_saving_usd_per_1m_output_tokens is not None for c in costs)
+    columns = (("$ / 1000\nimages", "usd_per_1000_images"), ("$ / request", "usd_per_request")) if images else (
+        ("$ / 1M output\ntokens", "usd_per_1m_output_tokens"), ("$ / request", "usd_per_request"),
+        ("$ / 1M goodput\ntokens", "usd_per_1m_goodput_tokens"),
+        *((("prefix cache\nsaves $ / 1M", "prefix_saving_usd_per_1m_output_tokens"),) if saving else ()))
+    for col, _ in columns:
         number_column(table, col)
     for case, c in zip(result.cases, costs, strict=True):
-        values = (c.usd_per_1m_output_tokens, c.usd_per_request, c.usd_per_1m_goodput_tokens)
+        values = [getattr(c, key) for _, key in columns]
         table.add_row(case.name, *(money(v) if v is not None else "—" for v in values))
     return table
 

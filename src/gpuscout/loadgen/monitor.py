@@ -1,0 +1,133 @@
+"""What runs beside a measured level: the client's event-loop lag, the over-saturation stop, /metrics scrapes.
+
+* Loop lag: a timer asked to fire every `LAG_TICK_S` records how late it fired. A loop busy with
+  callbacks fires late, and then every stamp it takes (sends, chunk arrivals) is late too: it is
+  the direct sign of a saturated client, read by the validity gate (`metrics.validity`).
+* Over-saturation (open loop only: a closed loop's queue is bounded by its concurrency): every
+  `CHECK_S` the requests so far are judged by `steady.oversaturated`; two verdicts in a row stop
+  the level, its in-flight requests cancelled as `stopped_oversaturated`, and the reason recorded.
+* Server metrics: with a /metrics URL, one scrape before t0, one every `SCRAPE_S` during the level,
+  one after it (`server_metrics`). A page that cannot be read is noted once and no longer asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from gpuscout.loadgen import steady
+from gpuscout.loadgen.exchange import Live, PlainSink, scrub_text
+from gpuscout.loadgen.record import ServerSample
+from gpuscout.loadgen.server_metrics import MAX_METRICS_BYTES, parse_prometheus, read_server
+from gpuscout.loadgen.wire import Pool, StopReading, Target, WireError
+
+LAG_TICK_S = 0.010
+CHECK_S = 0.5
+SCRAPE_S = 1.0
+SCRAPE_TIMEOUT_S = 5.0
+MAX_LAG_SAMPLES = 100_000  # 1000 s of ticks; later ones are not kept
+
+
+class Watch:
+    """The monitors of one level; `stopped` says why it was stopped early, `notes` what went wrong."""
+
+    def __init__(self, metrics_url: str | None, headers: dict[str, str], secrets: tuple[str, ...], *,
+                 watch_saturation: bool, lives: list[Live]) -> None:
+        self.metrics_url, self.headers, self.secrets = metrics_url, headers, secrets
+        self.watching = watch_saturation
+        self.lives = lives
+        self.loop_lag_s: list[float] = []
+        self.notes: list[str] = []
+        self.stopped: str | None = None
+        self.engine: str | None = None
+        self.samples: list[tuple[float, dict[str, float]]] = []  # (perf_counter, values)
+        self.tasks: list[asyncio.Task[None]] = []
+        self.t0 = 0.0
+        self.pool = Pool(Target.parse(metrics_url), SCRAPE_TIMEOUT_S) if metrics_url else None
+
+    async def before(self) -> None:
+        await self.scrape()
+
+    def start(self, t0: float) -> None:
+        self.t0 = t0
+        self.tasks.append(asyncio.create_task(self._lag()))
+        if self.watching:
+            self.tasks.append(asyncio.create_task(self._saturation()))
+        if self.pool is not None:
+            self.tasks.append(asyncio.create_task(self._scrapes()))
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.tasks.clear()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.scrape()
+        if self.pool is not None:
+            self.pool.close()
+
+    def server_samples(self, t0: float) -> list[ServerSample]:
+        return [ServerSample(t_s=t - t0, values=v) for t, v in self.samples]
+
+    async def _lag(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + LAG_TICK_S
+            await asyncio.sleep(LAG_TICK_S)
+            if len(self.loop_lag_s) < MAX_LAG_SAMPLES:
+                self.loop_lag_s.append(max(0.0, loop.time() - due))
+
+    async def _saturation(self) -> None:
+        strikes = 0
+        while self.stopped is None:
+            await asyncio.sleep(CHECK_S)
+            now = time.perf_counter()
+            measured = [(x.intended, x.chunks[0] if x.chunks else None, x.end) for x in self.lives if not x.warmup]
+            why = steady.oversaturated(measured, now, self.t0)
+            strikes = strikes + 1 if why else 0
+            if why and strikes >= 2:
+                self.stopped = f"over-saturated: {why}"
+
+    async def _scrapes(self) -> None:
+        while self.pool is not None:
+            await asyncio.sleep(SCRAPE_S)
+            await self.scrape()
+
+    async def scrape(self) -> None:
+        """One GET of /metrics; a failure is noted and stops further scrapes."""
+        if self.pool is None:
+            return
+        live = Live(0, 0, True, 0.0)
+        sink = PlainSink(live, self.secrets, False, 0, False)
+        sink.cap = MAX_METRICS_BYTES
+        headers = {k: v for k, v in self.headers.items() if k != "content-type"} | {"accept": "text/plain"}
+        request = self.pool.target.request("GET", headers)
+        conn = None
+        try:
+            async with asyncio.timeout(SCRAPE_TIMEOUT_S):
+                conn = await self.pool.acquire()
+                sink.conn = conn
+                done = conn.exchange(request, sink)[1]
+                await done
+        except (TimeoutError, WireError, StopReading) as exc:
+            live.error = live.error or f"{type(exc).__name__}: {scrub_text(exc, self.secrets)}"
+        finally:
+            sink.close()
+            if conn is not None:
+                self.pool.release(conn)
+        self._keep(live, b"".join(sink.parts))
+
+    def _keep(self, live: Live, body: bytes) -> None:
+        if live.error is None and live.status == 200:
+            engine, values = read_server(parse_prometheus(body.decode("utf-8", "replace")))
+            if values:
+                self.engine = self.engine or engine
+                self.samples.append((time.perf_counter(), values))
+                return
+            live.error = "no metric gpuscout reads (vLLM, SGLang, TGI or llama.cpp names) on the page"
+        self.notes.append(f"server metrics not read from {scrub_text(self.metrics_url, self.secrets)}: "
+                          f"{live.error or f'HTTP {live.status}'}; no further scrapes")
+        if self.pool is not None:
+            self.pool.close()
+        self.pool = None

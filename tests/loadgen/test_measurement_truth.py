@@ -1,0 +1,132 @@
+"""What the client adds to what it measures, held against the server's own record (fake_openai.Served).
+
+* The send is stamped when the request's bytes are written: at concurrency 64 the request leg (client
+  send stamp → server has the body) stays near the machine's floor. With the old HTTP library the
+  stamp came before building and dispatching, and this leg was 35–53 ms (issue 15).
+* At concurrency 64, 10 ms a token (6,400 chunks/s), the client's TTFT is the server's first-byte
+  time plus a few ms at most (it was ~55 ms with the old client).
+* A client that cannot keep up (its event loop saturated) makes the run invalid, with the reason.
+* Each output-token count says where it came from; content chunks are a lower bound and say so.
+
+Timing checks skip with the numbers when the kernel shows the client thread was starved of CPU by
+other processes (test_client.Sched), as the other timing tests do.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_openai import FakeConfig, serve_in_process, serve_in_thread
+from test_client import Sched, assert_unless_starved
+from tiny_tokenizer import write_tiny_tokenizer
+
+from gpuscout.loadgen import exchange
+from gpuscout.loadgen.client import run_load_sync
+from gpuscout.loadgen.metrics import summarize_load
+from gpuscout.loadgen.schedule import LoadShape
+from gpuscout.loadgen.sse import parse_object, read_usage
+from gpuscout.loadgen.workload import Prompt, Workload
+
+TTFT = 0.050
+REQUEST_LEG_TOL_S = 0.003
+OVERHEAD_TOL_S = 0.004
+SERVER_STARVED_S = 0.002
+
+
+def unique(n: int, tokens: int, tag: str = "p", spread: int = 0) -> Workload:
+    """Unique prompts (the key to the server's record); `spread`: output lengths tokens ± spread, so workers
+    finish at different times, as real traffic does, instead of all sending in one burst every round."""
+    return Workload(prompts=tuple(Prompt(text=f"{tag} {i}", prompt_tokens=2,
+                                         output_tokens=tokens + (i % (2 * spread + 1) - spread if spread else 0))
+                                  for i in range(n)), source="synthetic", seed=0, tokenizer=None, description="unique")
+
+
+def metric(case: Any, name: str) -> Any:
+    return {m.name: m for m in case.metrics}[name]
+
+
+@pytest.mark.slow
+def test_at_concurrency_64_the_client_adds_milliseconds_not_tens() -> None:
+    work = unique(64 + 192, 16, spread=5)
+    shape = LoadShape(kind="concurrency", concurrency=64, requests=192, warmup_requests=64)
+    with serve_in_process(TTFT, 0.010) as server:
+        before = Sched.now()
+        run = run_load_sync(server.url, "m", work, shape, api_key_env=None)
+        sched = Sched.since(before)
+        served = {s.prompt: s for s in server.records()}
+    assert run.t0_perf_counter_s is not None
+    t0 = run.t0_perf_counter_s
+    legs, overheads, late = [], [], []
+    for r in run.records:
+        if r.warmup:
+            continue
+        s = served[work.prompts[(64 + r.index) % len(work.prompts)].text]
+        legs.append(s.received_s - (t0 + r.sent_s))
+        overheads.append((r.chunk_s[0] - r.sent_s) - (s.writes_s[0] - s.received_s))
+        late.append(s.writes_s[0] - s.received_s - TTFT)  # the server's own lateness: a starved server reads late
+    print(f"\nrequest leg P50 {statistics.median(legs) * 1e3:.2f} ms, client TTFT − server first byte P50 "
+          f"{statistics.median(overheads) * 1e3:.2f} ms; {sched}")
+    assert min(legs) >= -0.0001, "a send was stamped after the server already had the request"
+    if statistics.median(late) > SERVER_STARVED_S:
+        pytest.skip(f"the server was starved of CPU (its first writes {statistics.median(late) * 1e3:.1f} ms late, "
+                    f"median): its receipts are late too; request leg P50 {statistics.median(legs) * 1e3:.2f} ms")
+    failures = []
+    if statistics.median(legs) > REQUEST_LEG_TOL_S:
+        failures.append(f"request leg P50 {statistics.median(legs) * 1e3:.2f} ms > {REQUEST_LEG_TOL_S * 1e3:g} ms")
+    if statistics.median(overheads) > OVERHEAD_TOL_S:
+        failures.append(f"client overhead P50 {statistics.median(overheads) * 1e3:.2f} ms > {OVERHEAD_TOL_S * 1e3:g}")
+    assert_unless_starved(failures, sched)
+
+
+def test_a_saturated_client_makes_the_run_invalid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every read costs the loop 2 ms of CPU (a client far too slow for its traffic): the gate says so."""
+    body = exchange.StreamSink.body
+
+    def slow(self: exchange.StreamSink, data: bytes, now: float) -> None:
+        end = time.thread_time() + 0.002
+        while time.thread_time() < end:
+            pass
+        body(self, data, now)
+
+    shape = LoadShape(kind="concurrency", concurrency=16, requests=64)
+    with serve_in_process(0.005, 0.002) as server:
+        fast = summarize_load(run_load_sync(server.url, "m", unique(64, 16), shape, api_key_env=None), slo=None)
+        monkeypatch.setattr(exchange.StreamSink, "body", slow)
+        run = run_load_sync(server.url, "m", unique(64, 16, "q"), shape, api_key_env=None)
+    case = summarize_load(run, slo=None)
+    saturated = [n for n in case.notes if "client was saturated" in n]
+    assert saturated, case.notes
+    assert metric(case, "client_cpu_fraction").value >= 0.5  # the loop thread was busy, not merely descheduled
+    assert not any("client was saturated" in n for n in fast.notes), fast.notes
+
+
+def test_token_counts_say_where_they_came_from(tmp_path: Path) -> None:
+    """A server that sends no usage and two tokens a chunk: chunk counts are half the truth and say so; the
+    tokenizer, given, counts them all."""
+    tokenizer = str(write_tiny_tokenizer(tmp_path / "tok"))
+    shape = LoadShape(kind="concurrency", concurrency=2, requests=8)
+    with serve_in_thread(FakeConfig(tokens_per_chunk=2, no_usage=True)) as server:
+        bare = run_load_sync(server.url, "m", unique(8, 16), shape, api_key_env=None)
+        work = unique(8, 16, "t").model_copy(update={"tokenizer": tokenizer})
+        counted = run_load_sync(server.url, "m", work, shape, api_key_env=None)
+        told = run_load_sync(server.url, "m", unique(8, 16, "u"), shape, api_key_env=None, stream=False)
+    assert {r.output_tokens_source for r in bare.records} == {"chunks"}
+    case = summarize_load(bare, slo=None)
+    assert metric(case, "tokens_per_chunk").value == 1.0  # 8 chunks counted as 8 tokens: the lower bound
+    assert any("counts of content chunks" in n and "lower bound" in n for n in case.notes), case.notes
+    assert {r.output_tokens_source for r in counted.records} == {"tokenizer"}
+    assert all(r.output_tokens_client == 16 for r in counted.records)  # the 16 "tok" words, exactly
+    assert metric(summarize_load(counted, slo=None), "output_tokens_from_tokenizer").value == 8
+    assert {r.output_tokens_source for r in told.records} == {"server"}  # a plain reply carries usage
+
+
+def test_llamacpp_timings_count_as_the_servers_usage() -> None:
+    event = parse_object({"choices": [{"delta": {}}], "timings": {"predicted_n": 16, "prompt_n": 4, "cache_n": 60}},
+                         chat=True, delta=True)
+    usage = read_usage(event.usage)
+    assert (usage.completion, usage.prompt, usage.cached) == (16, 64, 60)
+    assert read_usage({"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 9}}).cached is None

@@ -1,0 +1,62 @@
+"""`--workers N`: processes sharing one schedule and one clock, merged exactly (checked against the server)."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+from fake_openai import serve_in_process
+
+from gpuscout.loadgen.metrics import summarize_load
+from gpuscout.loadgen.schedule import LoadShape, send_offsets
+from gpuscout.loadgen.workers import run_load_workers, split_shape
+from gpuscout.loadgen.workload import Prompt, Workload
+
+pytestmark = pytest.mark.slow  # each run starts two interpreter processes
+
+
+def unique(n: int, tokens: int = 8) -> Workload:
+    return Workload(prompts=tuple(Prompt(text=f"w {i}", prompt_tokens=2, output_tokens=tokens) for i in range(n)),
+                    source="synthetic", seed=0, tokenizer=None, description="unique")
+
+
+def test_the_shape_is_split_without_losing_a_request() -> None:
+    shape = LoadShape(kind="concurrency", concurrency=5, requests=40, warmup_requests=3)
+    parts = [split_shape(shape, w, 2) for w in range(2)]
+    assert [p.concurrency for p in parts] == [3, 2] and [p.warmup_requests for p in parts] == [2, 1]
+    rate = LoadShape(kind="poisson", rate_rps=10, requests=40)
+    assert split_shape(rate, 1, 2).rate_rps == 10  # every process keeps the whole schedule, sends its share
+
+
+def test_an_open_loop_level_keeps_one_schedule_across_processes() -> None:
+    shape = LoadShape(kind="poisson", rate_rps=40, requests=80, warmup_requests=4, seed=7)
+    with serve_in_process(0.01, 0.002) as server:
+        run = run_load_workers(server.url, "m", unique(84), shape, workers=2, api_key_env=None)
+        served = server.records()
+    measured = [r for r in run.records if not r.warmup]
+    assert [r.index for r in measured] == list(range(80))
+    offsets = send_offsets(shape, 80)
+    assert offsets is not None
+    assert [r.intended_s for r in measured] == pytest.approx(offsets, abs=1e-9)  # the one schedule, one t0
+    lag = sorted(r.sent_s - r.intended_s for r in measured)
+    assert lag[0] >= 0 and statistics.median(lag) < 0.005
+    prompts = [s.prompt for s in served]
+    assert len(prompts) == 84 and len(set(prompts)) == 84  # warm-ups and measured, each sent once
+    assert run.t0_perf_counter_s is not None
+    t0 = run.t0_perf_counter_s
+    by_prompt = {s.prompt: s for s in served}
+    for r in measured:  # every process stamped on the host's clock: the server saw each send after it
+        assert by_prompt[f"w {(4 + r.index) % 84}"].received_s >= t0 + r.sent_s - 0.0001
+    case = summarize_load(run, slo=None, percentile_needed=50)
+    assert len(run.worker_cpu_s) == 2 and {m.name: m for m in case.metrics}["client_workers"].value == 2
+
+
+def test_a_closed_loop_level_shares_its_request_count() -> None:
+    shape = LoadShape(kind="concurrency", concurrency=4, requests=40)
+    with serve_in_process(0.005, 0.001) as server:
+        run = run_load_workers(server.url, "m", unique(40), shape, workers=2, api_key_env=None)
+        served = server.records()
+    measured = [r for r in run.records if not r.warmup]
+    assert sorted(r.index for r in measured) == list(range(40))
+    assert len(served) == 40 and len({s.prompt for s in served}) == 40
+    assert all(r.error is None for r in measured)
