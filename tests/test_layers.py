@@ -26,11 +26,15 @@ ALLOWED: dict[str, set[str]] = {
     "results": {"estimator", "workload", "hardware"},
     # cost ranks offers from the estimator's facts (memory fit, speed) and prices stored results.
     "cost": {"results", "estimator", "hardware", "workload"},
-    "report": {"estimator", "measure", "trace", "loadgen", "results", "cost", "workload", "hardware"},
-    "api": {"estimator", "torchmodel", "measure", "trace", "loadgen", "results", "cost", "workload", "hardware"},
+    # documents reads gpuscout's own outputs back (estimate, pick, compare, results) into the models that wrote them.
+    "documents": {"results", "cost", "estimator", "workload", "hardware"},
+    "report": {"estimator", "measure", "trace", "loadgen", "results", "cost", "documents", "workload", "hardware"},
+    "api": {"estimator", "torchmodel", "measure", "trace", "loadgen", "results", "cost", "documents", "workload",
+            "hardware"},
     "__init__": {"api", "loadgen", "measure", "workload", "cost"},
     "__main__": {"cli"},
-    "cli": {"api", "report", "estimator", "measure", "trace", "loadgen", "results", "cost", "workload", "hardware"},
+    "cli": {"api", "report", "estimator", "measure", "trace", "loadgen", "results", "cost", "documents", "workload",
+            "hardware"},
 }
 # Leaves import nothing of gpuscout but other leaves.
 LEAVES = {"errors", "units", "userfile", "outfile", "stats", "host", "interrupts"}

@@ -20,8 +20,8 @@ __version__ = "0.1.0"
 # Public name → the module that defines it.
 _EXPORTS = {
     **dict.fromkeys(("estimate", "pick", "cost", "bench", "compare", "load", "probe", "describe_model", "gpus",
-                     "load_job", "EstimateReport", "PickReport", "CostReport", "BenchReport", "CompareReport",
-                     "LoadReport", "ModelReport"), "gpuscout.api"),
+                     "load_job", "doctor", "EstimateReport", "PickReport", "CostReport", "BenchReport", "CompareReport",
+                     "LoadReport", "ModelReport", "DoctorReport"), "gpuscout.api"),
     **dict.fromkeys(("LoadPlan", "make_plan"), "gpuscout.loadgen.plan"),
     **dict.fromkeys(("BenchSettings", "bench_settings"), "gpuscout.measure.harness"),
     **dict.fromkeys(("FinetuneJob", "InferenceJob", "ImageJob"), "gpuscout.workload.job"),
@@ -30,10 +30,10 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "BenchReport", "BenchSettings", "CompareReport", "CostOptions", "CostReport", "EstimateReport", "FinetuneJob",
-    "GpuscoutError", "ImageJob", "InferenceJob", "LoadPlan", "LoadReport", "ModelReport", "PickReport", "bench",
-    "bench_settings", "compare", "cost", "describe_model", "estimate", "gpus", "load", "load_job", "make_plan", "pick",
-    "probe",
+    "BenchReport", "BenchSettings", "CompareReport", "CostOptions", "CostReport", "DoctorReport", "EstimateReport",
+    "FinetuneJob", "GpuscoutError", "ImageJob", "InferenceJob", "LoadPlan", "LoadReport", "ModelReport", "PickReport",
+    "bench", "bench_settings", "compare", "cost", "describe_model", "doctor", "estimate", "gpus", "load", "load_job",
+    "make_plan", "pick", "probe",
 ]
 
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         BenchReport,
         CompareReport,
         CostReport,
+        DoctorReport,
         EstimateReport,
         LoadReport,
         ModelReport,
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
         compare,
         cost,
         describe_model,
+        doctor,
         estimate,
         gpus,
         load,

@@ -11,9 +11,9 @@ inside the functions, so `import gpuscout` stays cheap. docs/api.md has a runnab
 from __future__ import annotations
 
 import signal
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date
+from datetime import date, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from gpuscout.cost.load_cost import LoadCost
     from gpuscout.cost.measured import MeasuredCost
     from gpuscout.cost.pick import PickResult
+    from gpuscout.documents.kinds import Document
     from gpuscout.estimator.breakdown import MemoryBreakdown
     from gpuscout.estimator.calibration import Calibration, Observation
     from gpuscout.estimator.screen import Screening
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from gpuscout.measure.harness import BenchSettings
     from gpuscout.results.beside import EstimateBeside
     from gpuscout.results.compare import Comparison
+    from gpuscout.results.database import StoredRun
     from gpuscout.results.ratios import CompareOptions
     from gpuscout.results.schema import BenchResult
     from gpuscout.results.verdict import Verdict
@@ -51,9 +53,10 @@ Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
 JobRef = Job | str | Path | None
 
 __all__ = [
-    "BenchReport", "CalibrateReport", "CompareReport", "CostReport", "EstimateReport", "Job", "LoadReport",
-    "ModelReport", "PickReport", "bench", "calibrate", "compare", "cost", "describe_model", "estimate", "gpus", "load",
-    "load_job", "pick", "probe",
+    "BenchReport", "CalibrateReport", "CompareReport", "CostReport", "DoctorReport", "EstimateReport", "Job",
+    "LoadReport", "ModelReport", "PickReport", "ReportInputs", "ResultsList", "StoredRunReport", "bench", "calibrate",
+    "compare", "cost", "describe_model", "doctor", "estimate", "export_result", "gpus", "list_results", "load",
+    "load_job", "pick", "probe", "record_run", "report_inputs", "show_result", "store_path",
 ]
 
 
@@ -210,14 +213,19 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
          budget: float | None = None, dataset_gb: float | None = None, dataset_region: str | None = None,
          dataset_url: str | None = None, dataset_egress_per_gb: float | None = None,
          dataset_gbps: float | None = None, calibration: Calibration | str | Path | None = None,
-         use_calibration: bool = True) -> PickReport:
+         use_calibration: bool = True, load_results: Sequence[str | Path | BenchResult] = (),
+         target_rps: float | None = None, doctor_results: Sequence[str | Path | BenchResult] = ()) -> PickReport:
     """Rank the offers of a price sheet (the bundled example sheet by default) by total job cost.
 
     Where the job as written does not fit an offer, it is ranked under a plan of changes that keep
     the task (micro-batch, checkpointing, 8-bit optimizer …); `as_written=True` turns plans off.
     Every offer's host is checked too (RAM, vCPUs, disk); a dataset of `dataset_gb` GB living in
     `dataset_region` ('aws:us-east-1') or at `dataset_url` adds its transfer time and the source's
-    egress to each bill (docs/cost.md §2.14). Runtimes use `calibration` as `estimate` does."""
+    egress to each bill (docs/cost.md §2.14). Runtimes use `calibration` as `estimate` does. For a
+    serving job, `load_results` (`gpuscout load` of one replica on a named GPU) replace the estimate on
+    their GPU with the measured capacity at the SLO, with replicas for `target_rps` (docs/cost.md §5.4).
+    `doctor_results` replace the launch of the offers they were held against with the start-up they
+    measured (docs/doctor.md §4.5)."""
     from gpuscout.cost.billing import CostOptions
     from gpuscout.cost.pick import pick as rank_offers
     from gpuscout.cost.transfer import data_source
@@ -228,6 +236,8 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
 
     the_job, model, _ = _job_and_model(job)
     sheet, notes = load_offers(Path(offers) if offers is not None else default_price_sheet(), cloud=cloud)
+    if doctor_results:
+        sheet, notes = _measured_launches(sheet, notes, doctor_results)
     day = today or date.today()
     rates = _rates(sheet.exchange_rates, fx, day)
     shown = display_currency(currency, rates)
@@ -238,11 +248,48 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
     if data is not None:
         options = (options or CostOptions()).model_copy(update={"data": data})
     used, used_path = _calibration(calibration, use_calibration)
+    capacities = _capacities(the_job, load_results, target_rps)
     with calibrated(used):
         result = rank_offers(the_job, model, sheet.offers, rates=rates, deadline_s=deadline_s,
-                             budget_usd=budget_usd, today=day, options=options, as_written=as_written, currency=shown)
+                             budget_usd=budget_usd, today=day, options=options, as_written=as_written, currency=shown,
+                             capacities=capacities, target_rps=target_rps)
     return PickReport(job=the_job, pick=result, offers_notes=tuple(notes), calibration=used,
                       calibration_path=used_path)
+
+
+def _measured_launches(sheet: PriceSheet, notes: list[str], results: Sequence[str | Path | BenchResult],
+                       ) -> tuple[PriceSheet, list[str]]:
+    from gpuscout.cost.measured_startup import apply_measured_startup
+    from gpuscout.results.schema import BenchResult
+    from gpuscout.results.store import load_result
+
+    loaded = [r if isinstance(r, BenchResult) else load_result(Path(r)) for r in results]
+    offers, added = apply_measured_startup(sheet.offers, loaded)
+    return sheet.model_copy(update={"offers": offers}), [*notes, *added]
+
+
+def _capacities(job: Job, results: Sequence[str | Path | BenchResult], target_rps: float | None) -> list[Any]:
+    """The measured serving capacity of each load result (`cost.capacity`); only a serving job takes them."""
+    if not results and target_rps is None:
+        return []
+    import math
+
+    from gpuscout.cost.capacity import capacity_from_result
+    from gpuscout.errors import SpecError
+    from gpuscout.results.schema import BenchResult
+    from gpuscout.results.store import load_result
+
+    if not isinstance(job, InferenceJob):
+        raise SpecError("--load and --target-rps are for serving jobs.", f"The job is a {job.kind} job.",
+                        "Drop them, or pick for an inference job.")
+    if target_rps is not None and not (math.isfinite(target_rps) and target_rps > 0):
+        raise SpecError(f"--target-rps {target_rps} is not a positive rate.", "Replicas are provisioned for it.",
+                        "Pass the requests per second to serve, e.g. --target-rps 20.")
+    if not results:
+        raise SpecError("--target-rps needs --load.", "Replicas are counted from a measured capacity.",
+                        "Pass the `gpuscout load` result of one replica with --load RESULT.json.")
+    loaded = [r if isinstance(r, BenchResult) else load_result(Path(r)) for r in results]
+    return [capacity_from_result(r, job) for r in loaded]
 
 
 def _budget_usd(budget: float | None, budget_usd: float | None, shown: DisplayCurrency) -> float | None:
@@ -396,12 +443,13 @@ class BenchReport:
 
 
 def bench(job: JobRef, *, settings: BenchSettings | None = None, probe: bool = False,
-          output: str | Path | None = None, progress: bool = False) -> BenchReport:
+          output: str | Path | None = None, progress: bool = False, doctor: str | Path | None = None) -> BenchReport:
     """Measure the job's real task (and/or the machine probes) on this machine, each case in its own process.
 
     With `output` the result is written atomically after every case and at the end, so Ctrl-C,
     SIGTERM or SIGHUP keep what finished (`complete` is false) and even SIGKILL loses at most the
-    case in flight.
+    case in flight. `doctor` attaches the doctor result of this machine (refused when another
+    machine wrote it; docs/doctor.md §5).
     """
     from gpuscout.interrupts import stop_on_signals
     from gpuscout.measure.bench import run_bench
@@ -422,13 +470,16 @@ def bench(job: JobRef, *, settings: BenchSettings | None = None, probe: bool = F
                         "Bench each model with a spec of its own, or start the engines and `gpuscout load` each "
                         "endpoint at the same time.")
 
+    attached = doctor_of_this_machine(doctor) if doctor is not None else None
+
     def keep(partial: BenchResult) -> None:
         if path is not None:
-            save_result(partial, path)
+            save_result(partial.model_copy(update={"doctor": attached}), path)
 
     with stop_on_signals() as stops:
         result = run_bench(the_job, base_dir=base_dir, settings=settings or BenchSettings(), probe=probe,
                            progress=progress, checkpoint=keep)
+    result = result.model_copy(update={"doctor": attached})
     keep(result)
     interrupted = any(f.kind == "interrupted" for c in result.cases
                       for f in (*([c.failure] if c.failure else []), *c.failed_runs))
@@ -458,16 +509,16 @@ class CompareReport:
 def compare(results: Sequence[str | Path | BenchResult], *, offers: str | Path | None = None,
             offer_ids: Sequence[str] = (), allow_diff: bool = False, fx: Sequence[str | ExchangeRate] = (),
             today: date | None = None, options: CompareOptions | None = None, currency: str | None = None,
-            cost_options: CostOptions | None = None) -> CompareReport:
+            cost_options: CostOptions | None = None, store: str | Path | None = None) -> CompareReport:
     """Fairness check, ratios with 95% CIs, the whole job's cost on each machine, and a verdict.
 
-    Costs are computed in USD and shown in `currency` (a rate from the sheet or `fx`)."""
+    A result is a `BenchResult`, a result file, or the id of a stored run ("12", from `store`). Costs
+    are computed in USD and shown in `currency` (a rate from the sheet or `fx`)."""
     from gpuscout.cost.measured import cost_point, price_results
     from gpuscout.hardware.currency import display_currency
     from gpuscout.hardware.offers import price_warnings
     from gpuscout.hardware.price_sheet import load_price_sheet
     from gpuscout.results.compare import compare_results
-    from gpuscout.results.store import load_result
     from gpuscout.results.verdict import decide
 
     if offer_ids and offers is None:
@@ -475,7 +526,7 @@ def compare(results: Sequence[str | Path | BenchResult], *, offers: str | Path |
 
         raise SpecError("--offer was given without --offers.", "Offer ids refer to a price sheet.",
                         "Add --offers prices.toml (`gpuscout examples` shows the bundled sheet).")
-    loaded = [r if not isinstance(r, str | Path) else load_result(Path(r)) for r in results]
+    loaded = [r if not isinstance(r, str | Path) else _stored_or_file(r, store) for r in results]
     comparison = compare_results(loaded, allow_diff=allow_diff, options=options)
     if offers is None:
         if currency is not None or (cost_options is not None and cost_options.keep_stopped_days):
@@ -494,6 +545,15 @@ def compare(results: Sequence[str | Path | BenchResult], *, offers: str | Path |
     return CompareReport(comparison=comparison, verdict=decide(comparison, [cost_point(c, shown) for c in costs]),
                          costs=tuple(costs), warnings=warnings, rates=tuple(r for r in rates if r.currency in used),
                          currency=shown)
+
+
+def _stored_or_file(ref: str | Path, store: str | Path | None) -> BenchResult:
+    """A result file, or the stored run an id names (an existing file of that name wins)."""
+    from gpuscout.results.database import fetch_result, run_id_of
+    from gpuscout.results.store import load_result
+
+    run_id = run_id_of(ref)
+    return fetch_result(store_path(store), run_id) if run_id is not None else load_result(Path(ref))
 
 
 # ---------------------------------------------------------------- calibrate ------------------
@@ -561,7 +621,7 @@ def load(plan: LoadPlan, *, output: str | Path | None = None, offers: str | Path
     is false; the level in flight keeps its finished requests) and even SIGKILL loses at most the
     level in flight. A run stopped before any request finished writes nothing.
     """
-    from gpuscout.cost.load_cost import price_load, price_load_on_offer
+    from gpuscout.cost.load_cost import price_load_cases, price_load_cases_on_offer
     from gpuscout.hardware.price_sheet import find_offer, load_price_sheet
     from gpuscout.interrupts import stop_on_signals
     from gpuscout.loadgen.session import run_plan
@@ -584,14 +644,16 @@ def load(plan: LoadPlan, *, output: str | Path | None = None, offers: str | Path
         if path is not None and result.cases:
             save_result(result, path)
 
+    if the_offer is not None and plan.server_gpu is None:  # the offer says which GPU served: pick reads it
+        plan = plan.model_copy(update={"server_gpu": the_offer.gpu, "server_gpus": the_offer.gpu_count})
     with stop_on_signals() as stops:
         outcome = run_plan(plan, output=path, progress=progress, checkpoint=keep)
     keep(outcome.result)
     costs: tuple[LoadCost, ...] = ()
     if the_offer is not None and sheet is not None:
-        costs = tuple(price_load_on_offer(c, the_offer, sheet.exchange_rates) for c in outcome.result.cases)
+        costs = price_load_cases_on_offer(outcome.result.cases, the_offer, sheet.exchange_rates)
     elif usd_per_hour is not None:
-        costs = tuple(price_load(c, usd_per_hour) for c in outcome.result.cases)
+        costs = price_load_cases(outcome.result.cases, usd_per_hour)
     return LoadReport(result=outcome.result, search=outcome.search, costs=costs,
                       output=path if outcome.result.cases else None,
                       stopped_by=(stops.signum or signal.SIGINT) if outcome.interrupted else None)
@@ -607,6 +669,198 @@ def probe(url: str, *, repeats: int = 10, download_url: str | None = None, uploa
 
     return asyncio.run(run_probe(url, repeats=repeats, download_url=download_url, upload_url=upload_url,
                                  upload_bytes=upload_bytes or DEFAULT_UPLOAD_BYTES, timeout_s=timeout_s))
+
+
+# ---------------------------------------------------------------- results store and report ---
+
+def store_path(store: str | Path | None = None) -> Path:
+    """The results store: `store`, else $GPUSCOUT_STORE, else $XDG_DATA_HOME (~/.local/share)/gpuscout/."""
+    from gpuscout.results.database import default_store_path
+
+    return Path(store).expanduser() if store is not None else default_store_path()
+
+
+def record_run(kind: str, run: BenchResult | Mapping[str, Any], *, store: str | Path | None = None) -> StoredRun:
+    """Record one run in the results store, in one transaction: the one entry point for every command
+    that records (bench, load, pick, doctor). `run` is a result or the JSON its command prints with
+    --json; the store keeps all of it with its kind, job, machine and time (docs/results.md §2)."""
+    from gpuscout.results.database import record
+    from gpuscout.results.schema import BenchResult
+
+    payload = run.model_dump(mode="json") if isinstance(run, BenchResult) else dict(run)
+    return record(store_path(store), kind, payload)
+
+
+@dataclass(frozen=True)
+class ResultsList:
+    runs: tuple[StoredRun, ...]  # oldest first
+    matched: int  # how many runs matched (more than `runs` when a limit cut the list)
+    store: Path
+
+
+def list_results(*, kind: str | None = None, job: str | None = None, since: str | datetime | None = None,
+                 limit: int | None = None, store: str | Path | None = None) -> ResultsList:
+    """The stored runs that match: of a kind (bench, load, pick, doctor, or a result kind), whose job or
+    name contains `job`, made since a moment ('7d', '2026-11-24'); the newest `limit` of them."""
+    from gpuscout.results.database import list_runs
+    from gpuscout.results.query import check_kind, parse_since
+
+    path = store_path(store)
+    checked = check_kind(kind, path) if kind else None
+    moment = parse_since(since) if isinstance(since, str) else since
+    runs, matched = list_runs(path, kind=checked, job=job, since=moment, limit=limit)
+    return ResultsList(runs=tuple(runs), matched=matched, store=path)
+
+
+@dataclass(frozen=True)
+class StoredRunReport:
+    entry: StoredRun
+    payload: dict[str, Any]  # the run's JSON, as its command printed it
+    store: Path
+
+
+def show_result(run_id: int, *, store: str | Path | None = None) -> StoredRunReport:
+    """One stored run, its payload checked against the SHA-256 stored with it."""
+    from gpuscout.results.database import fetch
+
+    path = store_path(store)
+    entry, payload = fetch(path, run_id)
+    return StoredRunReport(entry=entry, payload=payload, store=path)
+
+
+def export_result(run_id: int, output: str | Path, *, store: str | Path | None = None) -> Path:
+    """Write a stored run to a file, atomically: a bench, load or doctor run as the result file `-o`
+    writes (so compare, calibrate and report read it), a pick as the JSON it printed."""
+    from gpuscout.outfile import write_atomic
+    from gpuscout.results.query import export_text
+
+    path = _checked_output(output, "exported result")
+    assert path is not None
+    shown = show_result(run_id, store=store)
+    write_atomic(path, export_text(shown.entry, shown.payload), what="exported result")
+    return path
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    documents: tuple[Document, ...]  # one per source, in order
+    store: Path
+
+
+def report_inputs(sources: Sequence[str | Path], *, store: str | Path | None = None) -> ReportInputs:
+    """The documents `gpuscout report` draws: files gpuscout wrote, or ids of stored runs."""
+    from gpuscout.documents.read import read_documents
+    from gpuscout.errors import SpecError
+
+    if not sources:
+        raise SpecError("report needs at least one file or stored run.",
+                        "It draws what gpuscout's commands wrote.",
+                        "Pass files (gpuscout estimate --json > e.json; bench -o a.json) or ids from "
+                        "`gpuscout results list`.")
+    path = store_path(store)
+    return ReportInputs(documents=tuple(read_documents(sources, path)), store=path)
+
+
+# ---------------------------------------------------------------- doctor ---------------------
+
+@dataclass(frozen=True)
+class DoctorReport:
+    result: BenchResult  # kind "doctor": one case per check; `result.doctor` holds the verdict
+    output: Path | None = None
+    stopped_by: int | None = None  # the signal that stopped the run early (SIGINT for Ctrl-C), if any
+
+    @property
+    def exit_code(self) -> int:
+        """0 keep, 3 return, 4 inconclusive; 128 + the signal when stopped (docs/doctor.md §4.6)."""
+        from gpuscout.measure.doctor_verdict import EXIT_CODES
+
+        if self.stopped_by is not None:
+            return 128 + self.stopped_by
+        return EXIT_CODES[self.result.doctor.outcome] if self.result.doctor else EXIT_CODES["inconclusive"]
+
+
+def doctor(*, offers: str | Path | None = None, offer: str | None = None, gpu: str | None = None,
+           job: JobRef = None, quick: bool = False, nproc: int | None = None, device: str = "auto",
+           created_at: float | None = None, url: str | None = None, output: str | Path | None = None,
+           folder: str | Path | None = None, seed: int = 0, progress: bool = False) -> DoctorReport:
+    """Is this rented machine what was paid for? Identity, health, performance against the expected bands,
+    the host, the network to `url`, the start-up since `created_at` (epoch seconds); keep, return or
+    inconclusive (docs/doctor.md). The box is held against `offer` in `offers`, or the GPU `gpu`.
+
+    With `output` the result is written after every step, so Ctrl-C, SIGTERM or SIGHUP keep what finished.
+    """
+    from gpuscout.interrupts import stop_on_signals
+    from gpuscout.measure.doctor import DoctorOptions, run_doctor
+    from gpuscout.results.store import save_result
+
+    path = _checked_output(output, "doctor result")
+    expected = _doctor_expected(offers, offer, gpu)
+    model_bytes = _job_model_bytes(job) if job is not None else None
+    network, shown_url = _doctor_network(url)
+    options = DoctorOptions(device=device, nproc=nproc, quick=quick, created_at=created_at, model_bytes=model_bytes,
+                            folder=str(folder) if folder is not None else None, seed=seed, url=shown_url)
+
+    def keep(partial: BenchResult) -> None:
+        if path is not None:
+            save_result(partial, path)
+
+    with stop_on_signals() as stops:
+        result = run_doctor(options, expected, network=network, progress=progress, checkpoint=keep)
+    keep(result)
+    interrupted = any(c.failure is not None and c.failure.kind == "interrupted" for c in result.cases)
+    return DoctorReport(result=result, output=path, stopped_by=(stops.signum or signal.SIGINT) if interrupted else None)
+
+
+def _doctor_expected(offers: str | Path | None, offer: str | None, gpu: str | None) -> Any:
+    from gpuscout.errors import SpecError
+    from gpuscout.measure.doctor_identity import Expected, expected_from_gpu, expected_from_offer
+
+    if gpu is not None and offer is not None:
+        raise SpecError("--gpu and --offer were both given.", "The box is held against one of them.",
+                        "Pass --offers F --offer ID (the offer you rented), or --gpu NAME.")
+    if offer is not None or offers is not None:
+        sheet, the_offer = _offer(offers, offer)
+        return expected_from_offer(the_offer, Path(sheet.path).name)
+    return expected_from_gpu(gpu) if gpu is not None else Expected()
+
+
+def _job_model_bytes(job: JobRef) -> int | None:
+    from gpuscout.measure.bench import model_bytes
+
+    the_job, base_dir = _job(job)
+    return model_bytes(the_job, base_dir)
+
+
+def _doctor_network(url: str | None) -> tuple[Any, str | None]:
+    """The network check for `url` (checked now, so a malformed URL fails before anything runs)."""
+    if url is None:
+        return None, None
+    from gpuscout.loadgen.probe import parse_target
+    from gpuscout.loadgen.probe_case import network_case
+
+    target = parse_target(url)
+    return (lambda: network_case(url)), target.url
+
+
+def doctor_of_this_machine(path: str | Path) -> Any:
+    """The verdict of a doctor result written on this machine, to attach to a bench result; another
+    machine's, or a result of another kind, is refused (docs/doctor.md §5)."""
+    from gpuscout.errors import SpecError
+    from gpuscout.measure.doctor_inventory import current_identity, different_machine
+    from gpuscout.results.store import load_result
+
+    result = load_result(Path(path))
+    if result.kind != "doctor" or result.doctor is None:
+        raise SpecError(f"{path} is a {result.kind} result, not a doctor result.",
+                        "bench --doctor attaches the verdict `gpuscout doctor -o FILE` wrote on this machine.",
+                        "Run `gpuscout doctor -o doctor.json` here first and pass that file.")
+    why = different_machine(result.doctor.machine, current_identity())
+    if why:
+        raise SpecError(f"{path} was written on another machine: {why}.",
+                        "A bench result carries the health of the machine it measured; another machine's doctor "
+                        "result would vouch for hardware the numbers did not come from.",
+                        "Run `gpuscout doctor -o doctor.json` on this machine and pass that file.")
+    return result.doctor.model_copy(update={"checked_at": result.created_at, "file": str(path)})
 
 
 # ---------------------------------------------------------------- models ---------------------

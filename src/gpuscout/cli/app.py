@@ -17,6 +17,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from gpuscout.cli.doctor import doctor
+from gpuscout.cli.load import load as load_command
+from gpuscout.cli.report import report
+from gpuscout.cli.results import NoStoreFlag, StoreOption, record, results_app
 from gpuscout.errors import GpuscoutError
 
 app = typer.Typer(
@@ -26,6 +30,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+app.command()(doctor)
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 WideFlag = Annotated[bool, typer.Option("--wide", help="Every column, however wide the terminal.")]
@@ -148,6 +153,14 @@ def pick(
     dataset_gbps: Annotated[float | None, typer.Option(help="Your transfer bandwidth, Gbit/s.")] = None,
     calibration: CalibrationOption = None,
     no_calibration: NoCalibrationFlag = False,
+    load: Annotated[list[Path] | None, typer.Option("--load", help="A `gpuscout load` result of one replica: its "
+                                                    "capacity at the SLO replaces the estimate on its GPU.")] = None,
+    target_rps: Annotated[float | None, typer.Option(help="Serving: the request rate to provision replicas for.")] \
+        = None,
+    doctor_result: Annotated[list[Path] | None, typer.Option("--doctor", help="A `gpuscout doctor` result: its "
+                                                             "measured start-up replaces its offer's.")] = None,
+    store: StoreOption = None,
+    no_store: NoStoreFlag = False,
     wide: WideFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
@@ -164,9 +177,12 @@ def pick(
                                                         keep_stopped_days=keep_stopped_days),
                       as_written=as_written, dataset_gb=dataset_gb, dataset_region=dataset_region,
                       dataset_url=dataset_url, dataset_egress_per_gb=dataset_egress_per_gb, dataset_gbps=dataset_gbps,
-                      calibration=calibration, use_calibration=not no_calibration)
-    _emit(lambda: pick_payload(report.job, report.pick, report.offers_notes)
-          | calibration_payload(report.calibration, report.calibration_path),
+                      calibration=calibration, use_calibration=not no_calibration, load_results=load or (),
+                      target_rps=target_rps, doctor_results=doctor_result or ())
+    payload = pick_payload(report.job, report.pick, report.offers_notes) | calibration_payload(
+        report.calibration, report.calibration_path)
+    record("pick", payload, store=store, no_store=no_store)
+    _emit(lambda: payload,
           lambda: pick_screen(report.pick, report.offers_notes, wide=wide, top=top, calibration=report.calibration),
           as_json)
 
@@ -238,6 +254,10 @@ def bench(
     billing: BillingOption = None,
     offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet holding this machine's offer.")] = None,
     offer: Annotated[str | None, typer.Option("--offer", help="This machine's offer: its region and tier.")] = None,
+    doctor_result: Annotated[Path | None, typer.Option("--doctor", help="This machine's `gpuscout doctor -o` "
+                                                       "result: recorded with the bench result.")] = None,
+    store: StoreOption = None,
+    no_store: NoStoreFlag = False,
     wide: WideFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
@@ -267,17 +287,20 @@ def bench(
     settings = bench_settings(device=device, warmup=warmup, repeats=repeats, layers=layers, seed=seed, runs=runs,
                               region=region, billing=billing, dataset=str(dataset.resolve()) if dataset else None,
                               created_at=parse_time_s(created_at, "--created-at") if created_at else None)
-    report = api.bench(job, settings=settings, probe=probe, output=output, progress=True)
-    screen = bench_screen(report.result, report.estimate, report.output, wide=wide)
+    report = api.bench(job, settings=settings, probe=probe, output=output, progress=True, doctor=doctor_result)
+    payload = bench_payload(report.result, report.estimate)
+    stored = record("bench", payload, store=store, no_store=no_store)
+    screen = bench_screen(report.result, report.estimate, report.output, wide=wide, stored_as=stored)
     if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
         Console(stderr=True).print(screen)
         raise typer.Exit(128 + report.stopped_by)
-    _emit(lambda: bench_payload(report.result, report.estimate), lambda: screen, as_json)
+    _emit(lambda: payload, lambda: screen, as_json)
 
 
 @app.command()
 def compare(
-    results: Annotated[list[Path], typer.Argument(metavar="RESULT.json...", help="Two or more bench results.")],
+    results: Annotated[list[Path], typer.Argument(metavar="RESULT.json...", help="Two or more bench results "
+                                                  "(files, or ids of stored runs).")],
     offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet: total job cost per machine.")] = None,
     offer: Annotated[list[str] | None, typer.Option("--offer", help="Offer id per result, in order.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="table | md | json.")] = "table",
@@ -286,6 +309,7 @@ def compare(
     currency: CurrencyOption = None,
     keep_stopped_days: KeepStoppedOption = 0.0,
     min_effect: Annotated[float, typer.Option(help="Smaller differences are no meaningful difference.")] = 0.05,
+    store: StoreOption = None,
     noise_floor: Annotated[float, typer.Option(help="With one run on a side, smaller differences name no winner.")]
     = 0.25,
     wide: WideFlag = False,
@@ -310,7 +334,7 @@ def compare(
 
     report = api.compare(results, offers=offers, offer_ids=offer or (), allow_diff=allow_diff, fx=fx or (),
                          options=compare_options(min_effect=min_effect, noise_floor=noise_floor), currency=currency,
-                         cost_options=cost_options(keep_stopped_days=keep_stopped_days))
+                         cost_options=cost_options(keep_stopped_days=keep_stopped_days), store=store)
     out = renderers[fmt](report.comparison, report.verdict, report.costs, notes=report.warnings, rates=report.rates,
                          currency=report.currency)
     if isinstance(out, str):
@@ -343,86 +367,7 @@ def calibrate(
                                    output=report.output), as_json)
 
 
-@app.command()
-def load(
-    url: Annotated[str, typer.Argument(help="Server base URL, e.g. http://127.0.0.1:8000 (or …/v1).")],
-    model: Annotated[str, typer.Option("--model", "-m", help="Model name the server serves.")],
-    endpoint: Annotated[str, typer.Option(help="chat | completions.")] = "chat",
-    no_stream: Annotated[bool, typer.Option("--no-stream", help="Non-streaming requests (TTFT = e2e).")] = False,
-    concurrency: Annotated[int | None, typer.Option(help="Closed loop: requests in flight.")] = None,
-    rate: Annotated[float | None, typer.Option(help="Open loop: requests per second.")] = None,
-    arrival: Annotated[str, typer.Option(help="constant | poisson | gamma (with --rate).")] = "poisson",
-    burstiness: Annotated[float, typer.Option(help="Gamma shape k: 1 = Poisson, < 1 burstier.")] = 1.0,
-    requests: Annotated[int | None, typer.Option(help="Measured requests per level (default 100).")] = None,
-    duration: Annotated[str | None, typer.Option(help="Or run each level this long, e.g. 60s.")] = None,
-    warmup: Annotated[int, typer.Option(help="Warm-up requests, excluded from the statistics.")] = 0,
-    prompt_tokens: Annotated[int, typer.Option(help="Synthetic prompt length, tokens.")] = 128,
-    prompt_dist: Annotated[str, typer.Option(help="fixed | uniform | normal.")] = "fixed",
-    prompt_spread: Annotated[int, typer.Option(help="Spread of the prompt length, tokens.")] = 0,
-    output_tokens: Annotated[int, typer.Option(help="Output tokens per request (max_tokens, pinned).")] = 128,
-    dataset: Annotated[Path | None, typer.Option(help="JSONL prompts instead of synthetic ones.")] = None,
-    tokenizer: Annotated[str | None, typer.Option(help="Local tokenizer path: exact prompts and token counts.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of prompts and arrivals.")] = 0,
-    api_key_env: Annotated[str, typer.Option(help="Environment variable holding the API key.")] = "OPENAI_API_KEY",
-    timeout: Annotated[float | None, typer.Option(
-        help="Per-request timeout, s; also ends a read that stalls this long (default 30 s + 0.5 s per output "
-             "token).")] = None,
-    sweep: Annotated[str | None, typer.Option(help="Levels to sweep, e.g. 1,2,4,8.")] = None,
-    search: Annotated[bool, typer.Option("--search", help="Find the most load meeting the P95 targets.")] = False,
-    ttft_p95: Annotated[float | None, typer.Option(help="SLO: P95 TTFT, s.")] = None,
-    tpot_p95: Annotated[float | None, typer.Option(help="SLO: P95 TPOT, s.")] = None,
-    e2e_p95: Annotated[float | None, typer.Option(help="SLO: P95 end-to-end latency, s.")] = None,
-    percentile: Annotated[float, typer.Option(help="Percentile the validity gate needs samples for.")] = 95.0,
-    runs: RunsOption = 3,
-    region: RegionOption = None,
-    billing: BillingOption = None,
-    offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet to take --offer from.")] = None,
-    offer: Annotated[str | None, typer.Option("--offer", help="Offer id of the server machine.")] = None,
-    usd_per_hour: Annotated[float | None, typer.Option(help="Server price, USD per hour.")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here.")] = None,
-    wide: WideFlag = False,
-    as_json: JsonFlag = False,
-) -> None:
-    """Load-test an OpenAI-compatible endpoint fairly: TTFT, TPOT, throughput, goodput, validity, cost.
-
-    The result is written atomically with -o FILE, and the workload beside it as FILE.workload.json
-    (its sha256 recorded), so the run can be repeated exactly. The result is rewritten after every
-    level: Ctrl-C, SIGTERM or SIGHUP keep what finished (complete=false, the tables go to stderr, exit
-    128 + the signal), and SIGKILL loses at most the level in flight.
-    """
-    from gpuscout import api
-    from gpuscout.hardware.price_sheet import where_rented
-    from gpuscout.loadgen.plan import make_plan, parse_levels
-    from gpuscout.report.load import load_progress, load_screen, load_warnings
-    from gpuscout.report.payload import load_payload
-    from gpuscout.units import parse_duration_s
-    from gpuscout.workload.job import Slo
-
-    slo = Slo(ttft_p95_s=ttft_p95, tpot_p95_s=tpot_p95, e2e_p95_s=e2e_p95) if (ttft_p95 or tpot_p95 or e2e_p95) \
-        else None
-    where = where_rented(region, billing, offers, offer)
-    plan = make_plan(url=url, model=model, endpoint=endpoint, stream=not no_stream, concurrency=concurrency, rate=rate,
-                     arrival=arrival, burstiness=burstiness, requests=requests,
-                     duration_s=parse_duration_s(duration) if duration else None, warmup=warmup,
-                     prompt_tokens=prompt_tokens, prompt_dist=prompt_dist, prompt_spread=prompt_spread,
-                     output_tokens=output_tokens, dataset=dataset, tokenizer=tokenizer, seed=seed,
-                     api_key_env=api_key_env, timeout_s=timeout, sweep=parse_levels(sweep) if sweep else (),
-                     search=search, slo=slo, percentile=percentile, runs=runs, region=where[0], billing=where[1])
-    report = api.load(plan, output=output, offers=offers, offer=offer, usd_per_hour=usd_per_hour,
-                      progress=load_progress if sys.stderr.isatty() else None)
-    err = Console(stderr=True)
-    load_warnings(report.result, err)
-
-    def screen() -> Any:
-        return load_screen(report.result, output=report.output, costs=report.costs, search=report.search, wide=wide)
-
-    if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
-        if report.result.cases:
-            err.print(screen())
-        else:
-            err.print("interrupted before any request finished: nothing was written", highlight=False)
-        raise typer.Exit(128 + report.stopped_by)
-    _emit(lambda: load_payload(report.result, report.costs, report.search), screen, as_json)
+app.command(name="load")(load_command)  # the command lives in cli/load.py (many options of its own)
 
 
 @app.command()
@@ -439,6 +384,10 @@ def probe(
 
     result = api.probe(url, repeats=repeats, download_url=download_url, upload_url=upload_url)
     _emit(lambda: result.model_dump(mode="json"), lambda: probe_table(result), as_json)
+
+
+app.command()(report)  # cli/report.py
+app.add_typer(results_app)  # cli/results.py
 
 
 def _emit(payload: Callable[[], Any], renderable: Callable[[], Any], as_json: bool) -> None:

@@ -197,6 +197,11 @@ class _ModelRef:
                    _llm_bytes(job, config))
 
 
+def model_bytes(job: Job, base_dir: Path | None) -> int | None:
+    """The job's weight bytes at its dtype (the checkpoint probe's size; `gpuscout doctor --job`)."""
+    return _ModelRef.of(job, base_dir).bytes
+
+
 def config_hash(config: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of a config dict (sorted keys), so key order does not matter."""
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode("utf-8")).hexdigest()

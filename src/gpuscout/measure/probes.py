@@ -125,7 +125,7 @@ def matmul_case(dtype: str, device: str, settings: BenchSettings) -> Case:
     torch = run.torch
     n = MATMUL_N_CUDA if device == "cuda" else MATMUL_N_CPU[dtype]
     inner = MATMUL_INNER[device]
-    product = _matmul(torch, dtype, n, device)
+    product = matmul_product(torch, dtype, n, device)
     seconds = time_repeats(lambda: [product() for _ in range(inner)], warmup=max(settings.warmup, 1),
                            repeats=settings.repeats, device=device)
     tflops = [2 * n**3 * inner / s / 1e12 for s in seconds]
@@ -138,7 +138,7 @@ def matmul_case(dtype: str, device: str, settings: BenchSettings) -> Case:
     return run.case(f"matmul {dtype}", params, metrics)
 
 
-def _matmul(torch: Any, dtype: str, n: int, device: str) -> Callable[[], Any]:
+def matmul_product(torch: Any, dtype: str, n: int, device: str) -> Callable[[], Any]:
     """A zero-argument product in `dtype`; fp8 through `_scaled_mm` or UnsupportedHere."""
     if dtype in ("fp32", "tf32"):
         torch.set_float32_matmul_precision("high" if dtype == "tf32" else "highest")  # high = TF32 allowed

@@ -8,6 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from gpuscout.report.doctor import attached_doctor_parts
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.numbers import common_unit, in_unit, percent, ratio, seconds, size, value_in
 from gpuscout.report.telemetry import finding_lines, telemetry_summary
@@ -20,10 +21,10 @@ NOISY_CV = CompareOptions().noisy_cv
 
 
 def bench_screen(result: BenchResult, beside: EstimateBeside | None, output: Path | None, *,
-                 wide: bool = False) -> RenderableType:
+                 wide: bool = False, stored_as: int | None = None) -> RenderableType:
     """The bench result: fixed variables, each case's metrics, memory and startup, the machine.
 
-    `wide` adds each metric's P99 and 95% CI half-width.
+    `wide` adds each metric's P99 and 95% CI half-width; `stored_as` is its id in the results store.
     """
     estimate = [estimate_table(beside)] if beside is not None else []
     fp = result.fingerprint
@@ -34,9 +35,14 @@ def bench_screen(result: BenchResult, beside: EstimateBeside | None, output: Pat
         parts += case_parts(case, wide=wide)
     parts += estimate or []
     parts.append(fingerprint_table(fp))
+    parts += attached_doctor_parts(result.doctor) if result.doctor is not None else []
     parts += [Text(f"note: {n}", style="dim") for n in result.notes]
     if not result.complete:
         parts.append(Text("Incomplete run: some cases did not run (see notes).", style="bold yellow"))
+    if output is None and stored_as is not None:
+        parts.append(Text(f"Result kept in the results store as run {stored_as} (`gpuscout results export "
+                          f"{stored_as} -o FILE` writes it to a file).", style="green"))
+        return Group(*parts)
     parts.append(Text(f"Result written to {output}" if output else "Result not saved: pass -o FILE to keep it.",
                       style="green" if output else "yellow"))
     return Group(*parts)

@@ -162,6 +162,8 @@ def value_in(value: float, unit: str) -> str:
             return size(value)
         case "bytes/s" | "B/s":
             return rate(value)
+        case "FLOP/s":
+            return flops(value)
         case "s":
             return seconds(value)
         case "fraction":
@@ -202,6 +204,8 @@ def common_unit(values: Sequence[float], unit: str) -> tuple[str, float]:
             return next(((u, s) for u, s in _SI_RATE if top >= s), ("B/s", 1.0))
         case "fraction":
             return "%", 0.01
+        case "FLOP/s":
+            return ("TFLOP/s", 1e12) if top >= 1e12 else ("GFLOP/s", 1e9)
     return unit, 1.0
 
 

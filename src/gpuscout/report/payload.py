@@ -22,7 +22,7 @@ from gpuscout.results.beside import EstimateBeside
 from gpuscout.results.schema import BenchResult
 from gpuscout.trace.llm import TraceResult
 from gpuscout.workload.image import ImageModelShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Slo, VideoJob
 from gpuscout.workload.shape import ModelShape
 from gpuscout.workload.video import VideoModelShape
 
@@ -76,8 +76,12 @@ def bench_payload(result: BenchResult, beside: EstimateBeside | None) -> dict[st
     return {**result.model_dump(mode="json"), "estimate": beside.model_dump(mode="json") if beside else None}
 
 
-def load_payload(result: BenchResult, costs: Sequence[LoadCost], search: SearchResult | None) -> dict[str, Any]:
+def load_payload(result: BenchResult, costs: Sequence[LoadCost], search: SearchResult | None,
+                 slo: Slo | None = None) -> dict[str, Any]:
+    """The result, its costs and search, and the SLO it was judged against (`gpuscout report` draws its lines)."""
     payload: dict[str, Any] = result.model_dump(mode="json")
+    if slo is not None:
+        payload["slo"] = slo.model_dump()
     if costs:
         payload["costs"] = [{"case": case.name, **cost.model_dump()} for case, cost in zip(result.cases, costs,
                                                                                          strict=True)]

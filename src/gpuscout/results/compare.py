@@ -53,6 +53,10 @@ class Machine(Frozen):
     # device, CPU contention or steal), one line each with the case and run (docs/measurement.md §1.13).
     disturbances: tuple[str, ...] = ()
     telemetry_runs: int = 0  # case runs that recorded telemetry (0: none, e.g. a schema-1 result)
+    # The doctor's verdict on this machine (a doctor result's own, or the one a bench result carries)
+    # and its findings that did not pass, one line each (docs/doctor.md §5).
+    doctor: str | None = None
+    doctor_lines: tuple[str, ...] = ()
 
 
 class Stat(Frozen):
@@ -158,9 +162,13 @@ def describe_machine(result: BenchResult, label: str) -> Machine:
         gpu = f"{fp.gpu_count}× {catalog_name(fp.gpu_sku) or fp.gpu_name}"
     else:
         gpu = f"CPU: {fp.cpu_model}"
+    verdict = result.doctor
     return Machine(label=label, name=result.name, gpu=gpu, details=details, complete=result.complete,
                    runs=max((c.runs for c in result.cases), default=1), disturbances=disturbances(result),
-                   telemetry_runs=sum(len(c.telemetry) for c in result.cases))
+                   telemetry_runs=sum(len(c.telemetry) for c in result.cases),
+                   doctor=verdict.outcome if verdict else None,
+                   doctor_lines=tuple(f"{f.status}: {f.message}" for f in verdict.findings
+                                      if f.status in ("fail", "warn", "error")) if verdict else ())
 
 
 def disturbances(result: BenchResult) -> tuple[str, ...]:

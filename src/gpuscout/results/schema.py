@@ -29,8 +29,9 @@ MIN_MAGNITUDE = 1e-30
 
 Bytes = Annotated[int, Field(ge=0)]
 
-ResultKind = Literal["finetune", "inference", "image", "video", "probe", "load"]
-FailureKind = Literal["oom", "crash", "unsupported", "timeout", "interrupted"]
+ResultKind = Literal["finetune", "inference", "image", "video", "probe", "load", "doctor"]
+# unreachable: a URL that did not answer (doctor --url)
+FailureKind = Literal["oom", "crash", "unsupported", "timeout", "interrupted", "unreachable"]
 Scalar = str | int | float | bool | None
 # How the machine was rented: the tiers a price sheet knows (`hardware.offers.Tier`, kept equal by a test).
 BillingType = Literal["on-demand", "spot", "reserved"]
@@ -238,6 +239,52 @@ class Fingerprint(Frozen):
     topology: str | None = None
 
 
+# --- Doctor (`gpuscout doctor`, docs/doctor.md): is this rented box what was paid for? ---------------
+
+DoctorOutcome = Literal["keep", "return", "inconclusive"]
+# pass: within its band · warn: below the band, within the margin · fail: clearly below it, or broken ·
+# info: measured or read, nothing to judge it against · error: the check could not run (the reason says why)
+DoctorStatus = Literal["pass", "warn", "fail", "info", "error"]
+DoctorArea = Literal["identity", "health", "performance", "host", "network", "startup"]
+
+
+class DoctorFinding(Frozen):
+    """One line of the verdict: a check, what it found, and where that sits in its expected band."""
+
+    check: str  # "pcie link", "matmul bf16 burst", "all-reduce bus bandwidth" …
+    area: DoctorArea
+    status: DoctorStatus
+    message: str
+    gpu: int | None = None  # the GPU's index, for per-GPU checks
+    value: float | None = None  # SI units, as `unit` says
+    unit: str = ""
+    band_low: float | None = None
+    band_high: float | None = None
+    percentile: float | None = None  # 0 = the band's low end, 100 = its high end; < 0 below it
+    source: str = ""  # where the band comes from (docs/doctor.md §3)
+
+
+class MachineIdentity(Frozen):
+    """What tells one rented machine from another, hashed (sha256, 16 hex digits): a bench result can
+    then carry the doctor result of its own machine and refuse another's."""
+
+    host: str | None = None  # hostname
+    boot: str | None = None  # /proc/sys/kernel/random/boot_id: changes when the machine reboots
+    gpus: tuple[str, ...] = ()  # NVML GPU UUIDs, in index order
+
+
+class DoctorVerdict(Frozen):
+    outcome: DoctorOutcome
+    text: str
+    findings: tuple[DoctorFinding, ...] = ()
+    expected: dict[str, Scalar] = {}  # what the box was held against: offer id, SKU, GPU count, memory, cores, RAM
+    machine: MachineIdentity = MachineIdentity()
+    startup_s: float | None = Field(None, ge=0)  # creation → GPU ready, measured (pick --doctor uses it)
+    startup_origin: str | None = None  # "created_at" (given) or "boot" (the machine's boot time)
+    checked_at: datetime | None = None  # on a bench result: when the attached doctor result was written
+    file: str | None = None  # on a bench result: the doctor result it came from
+
+
 class BenchResult(Frozen):
     schema_version: int = SCHEMA_VERSION
     kind: ResultKind
@@ -249,6 +296,8 @@ class BenchResult(Frozen):
     cases: tuple[Case, ...]
     complete: bool = True  # False when interrupted (Ctrl-C) or some cases did not run
     notes: tuple[str, ...] = ()
+    # A doctor result: its verdict. A bench result: the doctor result of the same machine (bench --doctor).
+    doctor: DoctorVerdict | None = None
 
 
 def check_samples(result: BenchResult) -> str:

@@ -23,7 +23,11 @@ def save_result(result: BenchResult, path: Path) -> None:
 
 def load_result(path: Path) -> BenchResult:
     """A result file, checked: at most 512 MiB, finite numbers in range, the schema version, the schema."""
-    data = read_user_json(path, "result file", _FIX, max_bytes=MAX_RESULT_BYTES)
+    return parse_result(read_user_json(path, "result file", _FIX, max_bytes=MAX_RESULT_BYTES), path)
+
+
+def parse_result(data: Any, path: Path | str) -> BenchResult:
+    """A result's JSON data (from a file, or the results store), checked as `load_result` checks a file."""
     version = data.get("schema_version") if isinstance(data, dict) else None
     if version not in READABLE_VERSIONS or isinstance(version, bool):
         raise SpecError(
@@ -64,7 +68,7 @@ def _from_version_1(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "schema_version": SCHEMA_VERSION, "fingerprint": fingerprint, "fixed": fixed}
 
 
-def _check_magnitudes(path: Path, data: Any) -> None:
+def _check_magnitudes(path: Path | str, data: Any) -> None:
     """Every float finite and within ±1e30, every integer within ±2^63: sums and ratios must stay finite."""
     for where, value in walk(data):
         if isinstance(value, bool) or not isinstance(value, int | float):

@@ -49,6 +49,8 @@ class Verdict(Frozen):
 def decide(comparison: Comparison, costs: Sequence[CostPoint] | None = None) -> Verdict:
     """One paragraph: the winner on total cost (time breaks ties), or on time when there are no prices."""
     objective: Literal["total cost", "time"] = "total cost" if costs else "time"
+    if comparison.kind == "doctor":
+        return doctor_verdict(comparison, objective)
     gate = _gate(comparison, objective)
     if gate is not None:
         return gate
@@ -83,8 +85,37 @@ def _gate(comparison: Comparison, objective: Literal["total cost", "time"]) -> V
     return None
 
 
+def doctor_verdict(comparison: Comparison, objective: Literal["total cost", "time"]) -> Verdict:
+    """Doctor results compared: each machine's own verdict decides keep or return; the per-check ratios
+    show how the machines differ. The one machine to keep among others that are not is the winner."""
+    fairness = comparison.fairness
+    if not fairness.fair and not comparison.allow_diff:
+        fields = ", ".join(d.field for d in fairness.differences)
+        return Verdict(winner=None, objective=objective, outcome="unfair",
+                       text=f"No winner: the doctor runs differ in {fields} (pass --allow-diff to compare anyway).",
+                       reasons=tuple(f"{d.field}: {' vs '.join(d.values)}" for d in fairness.differences))
+    machines = comparison.machines
+    sides = [f"{short_name(m)}: {m.doctor or 'no verdict'}" + (f" ({m.doctor_lines[0]})" if m.doctor_lines else "")
+             for m in machines]
+    keep = [m for m in machines if m.doctor == "keep"]
+    reasons = tuple(f"{m.label}: {line}" for m in machines for line in m.doctor_lines)
+    if len(keep) == 1 and len(machines) > 1:
+        others = [side for m, side in zip(machines, sides, strict=True) if m is not keep[0]]
+        return Verdict(winner=keep[0].label, objective=objective, outcome="winner", reasons=reasons,
+                       text=f"Keep {short_name(keep[0])}: its doctor run found nothing wrong; " + "; ".join(others)
+                            + ".")
+    if len(keep) == len(machines):
+        return Verdict(winner=None, objective=objective, outcome="no difference", reasons=reasons,
+                       text="Every machine is one to keep: doctor found nothing wrong on any (" + "; ".join(sides)
+                            + "). The per-check ratios show how they differ; bench the job to choose.")
+    return Verdict(winner=None, objective=objective, outcome="inconclusive", reasons=reasons,
+                   text=("No single machine to keep: " if keep else "None of these is one to keep: ")
+                        + "; ".join(sides) + ".")
+
+
 def _caution(comparison: Comparison) -> str:
-    notes = []
+    notes = [f"{m.label}'s doctor result says {m.doctor} ({m.doctor_lines[0] if m.doctor_lines else 'see it'})"
+             for m in comparison.machines if m.doctor in ("return", "inconclusive")]
     if not comparison.fairness.fair:
         fields = ", ".join(d.field for d in comparison.fairness.differences)
         notes.append(f"compared with --allow-diff although {fields} differ; this is not a like-for-like comparison")
