@@ -20,14 +20,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
-from statistics import fmean
 
 from gpuscout.loadgen import detail
 from gpuscout.loadgen.client import CANCELLED_AT_DEADLINE, STOPPED_OVERSATURATED, LoadRun, RequestRecord
 from gpuscout.loadgen.counts import short_output
 from gpuscout.results.schema import Case, Metric
-from gpuscout.stats import percentile, summarize
+from gpuscout.stats import percentile
 from gpuscout.workload.job import Slo
 
 # P95 send lag beyond this: the client fell behind (Perf Analyzer warns at 1% late, docs/measurement.md §3.4).
@@ -78,23 +76,23 @@ def summarize_load(run: LoadRun, *, slo: Slo | None, percentile_needed: float = 
     sources, source_notes = detail.token_sources(ok) if run.endpoint != "images" else ([], [])
     cpu_fraction = client_cpu_fraction(run)
     metrics = [
-        _metric("ttft_s", "s", [r.chunk_s[0] - r.sent_s for r in ok], "first content chunk − send"),
-        _metric("e2e_s", "s", [r.chunk_s[-1] - r.sent_s for r in ok], "last content chunk − send"),
-        _metric("ttft_from_intended_s", "s", [r.chunk_s[0] - r.intended_s for r in ok],
+        detail.metric("ttft_s", "s", [r.chunk_s[0] - r.sent_s for r in ok], "first content chunk − send"),
+        detail.metric("e2e_s", "s", [r.chunk_s[-1] - r.sent_s for r in ok], "last content chunk − send"),
+        detail.metric("ttft_from_intended_s", "s", [r.chunk_s[0] - r.intended_s for r in ok],
                 "first content chunk − intended send (coordinated omission)"),
-        _metric("e2e_from_intended_s", "s", [r.chunk_s[-1] - r.intended_s for r in ok],
+        detail.metric("e2e_from_intended_s", "s", [r.chunk_s[-1] - r.intended_s for r in ok],
                 "last content chunk − intended send (coordinated omission)"),
-        _metric("tpot_s", "s", [(r.chunk_s[-1] - r.chunk_s[0]) / (n - 1) for r, n in zip(ok, n_out, strict=True)
+        detail.metric("tpot_s", "s", [(r.chunk_s[-1] - r.chunk_s[0]) / (n - 1) for r, n in zip(ok, n_out, strict=True)
                                 if n > 1], "(e2e − ttft) / (output_tokens − 1), first token excluded"),
-        _metric("chunk_gap_s", "s", [b - a for r in ok for a, b in zip(r.chunk_s, r.chunk_s[1:], strict=False)],
+        detail.metric("chunk_gap_s", "s", [b - a for r in ok for a, b in zip(r.chunk_s, r.chunk_s[1:], strict=False)],
                 "every gap between consecutive content chunks, pooled"),
-        _metric("tokens_per_chunk", "tokens", [n / len(r.chunk_s) for r, n in zip(ok, n_out, strict=True)],
+        detail.metric("tokens_per_chunk", "tokens", [n / len(r.chunk_s) for r, n in zip(ok, n_out, strict=True)],
                 "output tokens / content chunks, per request"),
-        _metric("send_lag_s", "s", [r.sent_s - r.intended_s - r.connect_s for r in measured],
+        detail.metric("send_lag_s", "s", [r.sent_s - r.intended_s - r.connect_s for r in measured],
                 "actual send (bytes written) − intended send − time opening a new connection"),
-        _metric("connect_s", "s", [r.connect_s for r in measured if r.connect_s > 0],
+        detail.metric("connect_s", "s", [r.connect_s for r in measured if r.connect_s > 0],
                 "opening a new connection, for the requests that needed one"),
-        _metric("client_loop_lag_s", "s", run.loop_lag_s, "how late the client's 10 ms loop timer fired"),
+        detail.metric("client_loop_lag_s", "s", run.loop_lag_s, "how late the client's 10 ms loop timer fired"),
         _single("output_tokens_per_s", "tokens/s", sum(n_out) / duration, "Σ output tokens / run duration", True),
         _single("requests_per_s", "requests/s", len(ok) / duration, "successful requests / run duration", True),
         *_goodput(ok, n_out, slo, duration),
@@ -293,13 +291,6 @@ def _error_metrics(counted: list[RequestRecord], ok: list[RequestRecord]) -> lis
     kinds = Counter((r.error or "empty: no content").split(":", 1)[0] for r in counted if id(r) not in good)
     return [_single(f"errors_{kind}", "requests", count, "measured requests that failed this way")
             for kind, count in sorted(kinds.items())]
-
-
-def _metric(name: str, unit: str, samples: Sequence[float], note: str) -> Metric | None:
-    if not samples:
-        return None
-    return Metric(name=name, unit=unit, value=fmean(samples), samples=tuple(samples), summary=summarize(samples),
-                  note=note)
 
 
 def _single(name: str, unit: str, value: float, note: str, higher: bool = False) -> Metric:
