@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from gpuscout.errors import SpecError
-from gpuscout.results.entries import Entry, Frozen, describe
+from gpuscout.results.entries import Entry, describe
 from gpuscout.userfile import shown
 
 if TYPE_CHECKING:
@@ -68,20 +68,12 @@ _COLUMNS = ("id, kind, result_kind, created_at, recorded_at, job, machine, name,
             "gpuscout_version, payload_bytes")
 
 
-class StoredRun(Frozen):
-    """One entry of the store, without its payload."""
+class StoredRun(Entry):
+    """One entry of the store, without its payload: the index line (`entries.Entry`), its id and size.
+    `kind` is the command that ran (bench, load, pick, doctor), `result_kind` the result's own kind
+    ("" for pick), `created_at` when the run was made and `recorded_at` when it was stored."""
 
     id: int
-    kind: str  # the command that ran: bench, load, pick, doctor
-    result_kind: str  # the result's own kind (finetune, inference, image, video, probe, load …); "" for pick
-    created_at: datetime  # when the run was made
-    recorded_at: datetime  # when it was stored
-    job: str
-    machine: str
-    name: str
-    summary: str
-    complete: bool
-    gpuscout_version: str
     payload_bytes: int
 
 
