@@ -21,7 +21,7 @@ def results_text(runs: Sequence[StoredRun], matched: int, store: Path, *, width:
     """The header, one line per run (oldest first), and a note when older runs were left out."""
     if not matched:
         return (f"No stored runs match in {store}.\n" if store.exists() else
-                f"No results store yet at {store}: bench, load, doctor and pick record their runs there.\n")
+                f"No results store yet at {store}.\nbench, load, doctor and pick record their runs there.\n")
     rows = [(str(r.id), r.created_at.strftime("%Y-%m-%d %H:%M"), _kind(r), r.job, r.machine, r.summary) for r in runs]
     widths = _widths(rows, width)
     lines = [f"{matched:,} stored run(s) in {store}", _line(HEADER, widths), *(_line(r, widths) for r in rows)]
