@@ -260,12 +260,17 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
 def _measured_launches(sheet: PriceSheet, notes: list[str], results: Sequence[str | Path | BenchResult],
                        ) -> tuple[PriceSheet, list[str]]:
     from gpuscout.cost.measured_startup import apply_measured_startup
+
+    offers, added = apply_measured_startup(sheet.offers, _results(results))
+    return sheet.model_copy(update={"offers": offers}), [*notes, *added]
+
+
+def _results(results: Sequence[str | Path | BenchResult]) -> list[BenchResult]:
+    """Each given result as it is, or read from its file."""
     from gpuscout.results.schema import BenchResult
     from gpuscout.results.store import load_result
 
-    loaded = [r if isinstance(r, BenchResult) else load_result(Path(r)) for r in results]
-    offers, added = apply_measured_startup(sheet.offers, loaded)
-    return sheet.model_copy(update={"offers": offers}), [*notes, *added]
+    return [r if isinstance(r, BenchResult) else load_result(Path(r)) for r in results]
 
 
 def _capacities(job: Job, results: Sequence[str | Path | BenchResult], target_rps: float | None) -> list[Any]:
@@ -276,8 +281,6 @@ def _capacities(job: Job, results: Sequence[str | Path | BenchResult], target_rp
 
     from gpuscout.cost.capacity import capacity_from_result
     from gpuscout.errors import SpecError
-    from gpuscout.results.schema import BenchResult
-    from gpuscout.results.store import load_result
 
     if not isinstance(job, InferenceJob):
         raise SpecError("--load and --target-rps are for serving jobs.", f"The job is a {job.kind} job.",
@@ -288,8 +291,7 @@ def _capacities(job: Job, results: Sequence[str | Path | BenchResult], target_rp
     if not results:
         raise SpecError("--target-rps needs --load.", "Replicas are counted from a measured capacity.",
                         "Pass the `gpuscout load` result of one replica with --load RESULT.json.")
-    loaded = [r if isinstance(r, BenchResult) else load_result(Path(r)) for r in results]
-    return [capacity_from_result(r, job) for r in loaded]
+    return [capacity_from_result(r, job) for r in _results(results)]
 
 
 def _budget_usd(budget: float | None, budget_usd: float | None, shown: DisplayCurrency) -> float | None:
