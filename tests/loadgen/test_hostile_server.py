@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 from fake_openai import FakeConfig, serve_in_thread
+from test_client import assert_valid
 
 from gpuscout import api
 from gpuscout.errors import SpecError
@@ -160,7 +161,7 @@ def test_duration_run_against_an_honest_server_stays_valid(fake_server: FakeFact
         run = run_load_sync(srv.url, "m", workload([f"p{i}" for i in range(8)]),
                             LoadShape(kind="concurrency", concurrency=4, duration_s=1.0))
     case = summarize_load(run, slo=None)
-    assert "valid" in case.notes, case.notes
+    assert_valid(case)
     assert set(kinds(run)) <= {None, "cancelled_at_deadline"}
     assert run.wall_s < 1.5
 
@@ -232,8 +233,7 @@ def test_honest_counts_stay_valid(fake_server: FakeFactory) -> None:
         with fake_server(**config) as srv:  # the warm-up takes the 400s of a server refusing the extras
             run = run_load_sync(srv.url, "m", workload([f"p{i}" for i in range(24)], output_tokens=16),
                                 LoadShape(kind="concurrency", concurrency=4, requests=24, warmup_requests=4))
-        case = summarize_load(run, slo=None)
-        assert "valid" in case.notes, (config, case.notes)
+        assert_valid(summarize_load(run, slo=None), config)
         assert not any(r.count_issue for r in run.records)
 
 

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from test_client import assert_valid
 
 from gpuscout.loadgen.client import run_load_sync
 from gpuscout.loadgen.metrics import summarize_load
@@ -145,7 +146,7 @@ def test_client_against_llamacpp(llama_server: str) -> None:
         assert r.count_issue is None and r.pinned  # its counts pass the cross-checks; it accepted ignore_eos
     assert run.client_cpu_s >= 0 and run.wall_s > 0
     case = summarize_load(run, slo=None, percentile_needed=50)  # P50: 8 requests are enough samples
-    assert "valid" in case.notes, case.notes  # an honest engine stays valid under the count checks
+    assert_valid(case)  # an honest engine stays valid under the count checks
 
 
 def test_client_non_streaming_usage_against_llamacpp(llama_server: str) -> None:

@@ -34,9 +34,10 @@ LAG_FRACTION = 0.05  # … or beyond 5% of the mean inter-arrival gap of an open
 LAG_FLOOR_S = 0.002  # but never stricter than the event loop's ~1 ms timer granularity allows
 MAX_ERROR_RATE = 0.01
 # The client's own saturation (issue 15: runs at 0.9–1.0 of a core stayed valid while their TTFT held tens of
-# ms of client queueing): CPU near one core with the event loop running late. A loop late with its CPU idle
-# was descheduled by a busy machine, not saturated: the send-lag check covers what that delays.
-SATURATED_CPU_FRACTION = 0.9  # of one core, per client process
+# ms of client queueing): CPU near one core with the event loop running late. A loop late and ready to run
+# that long without the CPU (run-queue wait, Linux schedstat) was kept off the cores by other processes: also
+# invalid, with that reason. A loop late with its thread mostly asleep is neither: the send-lag check covers it.
+SATURATED_CPU_FRACTION = 0.9  # of one core (or of the run ready to run), per client process
 SATURATED_LOOP_LAG_S = 0.002  # P95 lateness of a 10 ms timer beyond which the loop is queueing callbacks
 # An image generation answers with one body: no first token, no tokens (its e2e is the latency).
 TOKEN_ONLY = frozenset({"ttft_s", "ttft_from_intended_s", "tpot_s", "chunk_gap_s", "tokens_per_chunk",
@@ -160,14 +161,23 @@ def client_cpu_fraction(run: LoadRun) -> float:
 
 
 def saturation(run: LoadRun, values: dict[str, Metric]) -> list[str]:
-    """The client's own saturation: its queueing would be inside every latency it records."""
+    """The client's loop running late while busy, or while kept waiting for a CPU: either way its queueing is
+    inside every latency it records. The two are told apart: the first is the client's own load (fewer
+    requests per process), the second other processes on the client's machine."""
     lag = values.get("client_loop_lag_s")
     loop_p95 = lag.summary.p95 if lag is not None and lag.summary is not None else 0.0
-    cpu = max(values["client_cpu_fraction"].value, loop_demand_fraction(run))
-    if cpu >= SATURATED_CPU_FRACTION and loop_p95 > SATURATED_LOOP_LAG_S:
-        return [f"the client was saturated: its event loop asked for {cpu:.2f} of a core and ran {loop_p95 * 1e3:.1f} "
-                "ms late (P95), so its own queueing is inside the latencies (use --workers N, a lower level, or a "
-                "client machine with cores to spare)"]
+    if loop_p95 <= SATURATED_LOOP_LAG_S:
+        return []
+    used, wanted = values["client_cpu_fraction"].value, loop_demand_fraction(run)
+    late = f"ran {loop_p95 * 1e3:.1f} ms late (P95)"
+    if used >= SATURATED_CPU_FRACTION:
+        return [f"the client was saturated: its event loop used {used:.2f} of a core and {late}, so its own "
+                "queueing is inside the latencies (use --workers N, a lower level, or a client machine with cores "
+                "to spare)"]
+    if wanted >= SATURATED_CPU_FRACTION:
+        return [f"the client was kept waiting for a CPU: its event loop was ready to run for {wanted:.2f} of the "
+                f"run but ran for {used:.2f}, as other processes held the cores, and {late}, so that wait is inside "
+                "the latencies (run the client where it has a core to itself)"]
     return []
 
 

@@ -38,6 +38,7 @@ class Watch:
         self.watching = watch_saturation
         self.lives = lives
         self.loop_lag_s: list[float] = []
+        self._due: float | None = None  # when the lag timer now waiting should fire (loop.time())
         self.notes: list[str] = []
         self.stopped: str | None = None
         self.engine: str | None = None
@@ -58,6 +59,7 @@ class Watch:
             self.tasks.append(asyncio.create_task(self._scrapes()))
 
     async def stop(self) -> None:
+        self._pending_lag()
         for task in self.tasks:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -73,10 +75,20 @@ class Watch:
     async def _lag(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            due = loop.time() + LAG_TICK_S
+            self._due = loop.time() + LAG_TICK_S
             await asyncio.sleep(LAG_TICK_S)
             if len(self.loop_lag_s) < MAX_LAG_SAMPLES:
-                self.loop_lag_s.append(max(0.0, loop.time() - due))
+                self.loop_lag_s.append(max(0.0, loop.time() - self._due))
+            self._due = None
+
+    def _pending_lag(self) -> None:
+        """The tick still waiting at the stop, when it is overdue: a loop blocked in long callbacks fires its
+        timer a few times a run, or never, and that lateness is the sign of saturation the gate reads."""
+        if self._due is not None and len(self.loop_lag_s) < MAX_LAG_SAMPLES:
+            late = asyncio.get_running_loop().time() - self._due
+            if late > 0:
+                self.loop_lag_s.append(late)
+        self._due = None
 
     async def _saturation(self) -> None:
         strikes = 0
