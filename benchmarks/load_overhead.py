@@ -17,7 +17,7 @@ its prompt (P50 of the per-request differences, and the request leg: server rece
 the peers' prompts are their own, so their P50 TTFT is held against the P50 of the server's
 first-byte times over the same requests. The second table is the sustained rate against a
 zero-latency server (benchmarks/zero_latency_server.py) at concurrency 64: requests completed per
-second, client CPU.
+second, and the client's CPU µs per request (the steadier figure on a shared machine).
 
 The load average is printed with the tables: on a shared machine the numbers are noisy.
 
@@ -70,8 +70,10 @@ def server_ttft_s(s: Served) -> float:
 
 
 # ------------------------------------------------------------------------------------------ clients
-def run_gpuscout(url: str, concurrency: int, n: int, tag: str, workers: int = 1) -> dict[str, tuple[float, float]]:
-    """prompt → (send stamp, first chunk), on perf_counter."""
+def run_gpuscout(url: str, concurrency: int, n: int, tag: str, workers: int = 1,
+                 cpu: list[float] | None = None) -> dict[str, tuple[float, float]]:
+    """prompt → (send stamp, first chunk), on perf_counter. `cpu`: gets the client's CPU µs per measured
+    request (the event-loop thread's over the measured phase; with workers, every process's CPU)."""
     from gpuscout.loadgen.client import run_load_sync
     from gpuscout.loadgen.schedule import LoadShape
     from gpuscout.loadgen.workers import run_load_workers
@@ -86,6 +88,8 @@ def run_gpuscout(url: str, concurrency: int, n: int, tag: str, workers: int = 1)
     else:
         run = run_load_sync(url, "m", work, shape, api_key_env=None)
     assert run.t0_perf_counter_s is not None
+    if cpu is not None:
+        cpu.append(sum(run.worker_cpu_s if workers > 1 else run.loop_cpu_s) / n * 1e6)
     t0 = run.t0_perf_counter_s
     out = {}
     for r in run.records:
@@ -126,9 +130,16 @@ async def _raw(host: str, port: int, concurrency: int, n: int, tag: str, warm: i
     return out
 
 
-def run_raw(url: str, concurrency: int, n: int, tag: str) -> dict[str, tuple[float, float]]:
+def run_raw(url: str, concurrency: int, n: int, tag: str,
+            cpu: list[float] | None = None) -> dict[str, tuple[float, float]]:
+    """As run_gpuscout; `cpu`: this thread's CPU µs per request, warm-up requests and connecting included in
+    both the time and the count."""
     host, port = url.removeprefix("http://").split(":")
-    return asyncio.run(_raw(host, int(port), concurrency, n, tag, concurrency))
+    before = time.thread_time()
+    out = asyncio.run(_raw(host, int(port), concurrency, n, tag, concurrency))
+    if cpu is not None:
+        cpu.append((time.thread_time() - before) / (n + concurrency) * 1e6)
+    return out
 
 
 def run_guidellm(exe: str, tokenizer: Path, url: str, concurrency: int, n: int) -> list[float]:
@@ -262,23 +273,32 @@ def zero_server() -> Iterator[str]:
         proc.wait(10)
 
 
-def rate_table(args: argparse.Namespace) -> dict[str, list[float]]:
-    """Requests completed per second at concurrency 64 against a zero-latency server."""
-    rates: dict[str, list[float]] = {}
+@dataclass
+class Rate:
+    rps: list[float] = field(default_factory=list)  # per repeat: requests / (last first chunk − first send)
+    cpu_us: list[float] = field(default_factory=list)  # per repeat: client CPU µs per request
+
+
+def rate_table(args: argparse.Namespace) -> dict[str, Rate]:
+    """Requests completed per second at concurrency 64 against a zero-latency server, and the client CPU each
+    request cost: on a shared VM the first swings with the neighbours, the second much less."""
+    rates: dict[str, Rate] = {}
     n = args.rate_requests
     with zero_server() as url:
         for rep in range(args.repeats):
-            for name, fn in (("minimal", lambda t: run_raw(url, 64, n, t)),
-                             ("gpuscout", lambda t: run_gpuscout(url, 64, n, t)),
-                             ("gpuscout --workers 2", lambda t: run_gpuscout(url, 64, n, t, workers=2))):
-                got = fn(f"rate-{rep}")
+            for name, fn in (("minimal", lambda t, c: run_raw(url, 64, n, t, cpu=c)),
+                             ("gpuscout", lambda t, c: run_gpuscout(url, 64, n, t, cpu=c)),
+                             ("gpuscout --workers 2", lambda t, c: run_gpuscout(url, 64, n, t, workers=2, cpu=c))):
+                rate = rates.setdefault(name, Rate())
+                got = fn(f"rate-{rep}", rate.cpu_us)
                 span = max(f for _, f in got.values()) - min(s for s, _ in got.values())
-                rates.setdefault(name, []).append(len(got) / span)
-                print(f"rep {rep} {name:>22}: {rates[name][-1]:7.0f} req/s", flush=True)
+                rate.rps.append(len(got) / span)
+                print(f"rep {rep} {name:>22}: {rate.rps[-1]:7.0f} req/s, {rate.cpu_us[-1]:6.1f} µs CPU a request",
+                      flush=True)
     return rates
 
 
-def markdown(cells: dict[tuple[str, int], Cell], rates: dict[str, list[float]], notes: list[str],
+def markdown(cells: dict[tuple[str, int], Cell], rates: dict[str, Rate], notes: list[str],
              args: argparse.Namespace, load_before: str) -> str:
     names = list(dict.fromkeys(name for name, _ in cells))
     lines = [f"### Client overhead against the server's record ({time.strftime('%Y-%m-%d')})", "",
@@ -301,9 +321,11 @@ def markdown(cells: dict[tuple[str, int], Cell], rates: dict[str, list[float]], 
             row.append(text)
         lines.append("| " + " | ".join(row) + " |")
     if rates:
-        lines += ["", "Sustained rate at concurrency 64 against a zero-latency server (req/s, range over repeats):",
-                  "", "| client | req/s |", "|---|---|"]
-        lines += [f"| {name} | {_span(values, digits=0)} |" for name, values in rates.items()]
+        lines += ["", "Sustained rate at concurrency 64 against a zero-latency server (range over repeats; the "
+                  "rate a core gives = 10⁶ / the median CPU µs a request):", "",
+                  "| client | req/s | client CPU a request, µs | req/s a core gives |", "|---|---|---|---|"]
+        lines += [f"| {name} | {_span(r.rps, digits=0)} | {_span(r.cpu_us, digits=0)} | "
+                  f"{1e6 / statistics.median(r.cpu_us):.0f} |" for name, r in rates.items()]
     lines += [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
 

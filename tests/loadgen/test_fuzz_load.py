@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuscout.errors import GpuscoutError
+from gpuscout.loadgen import sse
 from gpuscout.loadgen.client import run_load_sync
 from gpuscout.loadgen.metrics import summarize_load
 from gpuscout.loadgen.schedule import LoadShape
@@ -30,6 +31,8 @@ from gpuscout.loadgen.sse import (
     SseEvent,
     parse_line,
     parse_object,
+    parse_payload,
+    parse_payloads,
     read_usage,
 )
 from gpuscout.loadgen.workload import Prompt, Workload
@@ -41,7 +44,7 @@ KNOWN_KINDS = re.compile(r"^(http_\d{3}|timeout|connect|dropped_stream|malformed
                          r"stream_error|oversize_line|oversize_body|http|cancelled_at_deadline)$")
 KEYS = st.sampled_from(["choices", "delta", "message", "content", "text", "usage", "error", "reasoning_content",
                         "completion_tokens", "prompt_tokens", "completion_tokens_details", "reasoning_tokens",
-                        "role", "index", "x"])
+                        "role", "index", "x", "reasoning", "timings", "predicted_n", "prompt_n", "cache_n"])
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
                     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS | st.text(max_size=5), inner,
                                                                                 max_size=5),
@@ -58,6 +61,74 @@ def test_parse_line_takes_any_bytes(line: bytes) -> None:
     except MalformedSseError:
         return
     assert isinstance(event, SseEvent) and (event.text is None or isinstance(event.text, str))
+
+
+CHUNKISH = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=4),
+                        max_leaves=20)
+OPENAI_CHUNK = st.builds(lambda delta, extra: {"choices": [{"index": 0, "delta": delta}], **extra},
+                         st.dictionaries(KEYS, CHUNKISH, max_size=3), st.dictionaries(KEYS, CHUNKISH, max_size=2))
+
+
+@FUZZ
+@given(st.dictionaries(KEYS, CHUNKISH, max_size=5) | OPENAI_CHUNK, st.booleans(),
+       st.sampled_from([None, 2**70, "\ud800", float("nan")]))
+def test_the_fast_parse_reads_every_chunk_as_the_general_path_does(obj: dict[str, Any], chat: bool,
+                                                                  odd: object) -> None:
+    """msgspec reads the fields OpenAI's types allow; whatever it refuses goes to json.loads + parse_object.
+    Either way the event must be the one the general path gives (repr: NaN is not equal to itself)."""
+    if odd is not None:
+        obj = {**obj, "usage": {"completion_tokens": odd}}
+    line = b"data: " + json.dumps(obj).encode()
+    assert repr(parse_line(line, chat=chat)) == repr(parse_object(json.loads(line[6:]), chat=chat, delta=True))
+
+
+PAYLOAD = (st.builds(lambda o: json.dumps(o).encode(), st.dictionaries(KEYS, CHUNKISH, max_size=4) | OPENAI_CHUNK)
+           | st.sampled_from([b'{"a":[', b'1]}', b'{}{}', b'{"a":"}', b'{"}', b'{', b'}', b'{} x', b'{"x":NaN}',
+                              b'{"choices":[{"delta":{"content":"\xff"}}]}', b'{"a":[{}', b'{}]}', b'[]']))
+
+
+@FUZZ
+@given(st.lists(PAYLOAD, max_size=8), st.booleans())
+def test_a_read_of_many_payloads_gives_what_each_gives_alone(payloads: list[bytes], chat: bool) -> None:
+    """One decode over a read's payloads (sse.parse_payloads) against one parse each: the same events in the
+    same order and the same malformed count, for real chunks and for pieces of objects built to merge."""
+    texts, usage, errors, bad = [], None, [], 0
+    for payload in payloads:
+        try:
+            event = parse_payload(payload, chat=chat)
+        except MalformedSseError:
+            bad += 1
+            continue
+        texts += [event.text] if event.text else []
+        usage = event.usage if event.usage is not None else usage
+        errors += [event.error] if event.error else []
+    assert repr(parse_payloads(payloads, chat=chat)) == repr(sse.Read(texts, usage, errors, bad))
+
+
+# What real servers stream (shapes from vLLM, SGLang, TGI and llama.cpp's server): all on the fast path.
+REAL_CHUNKS = (
+    b'{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":'
+    b'{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}',
+    b'{"id":"c","choices":[{"index":0,"delta":{"content":" tok"},"logprobs":null,"finish_reason":null,'
+    b'"stop_reason":null}],"usage":null}',
+    b'{"id":"c","choices":[{"index":0,"delta":{"reasoning_content":"think","content":null}}]}',
+    b'{"id":"c","choices":[],"usage":{"prompt_tokens":5,"completion_tokens":16,"total_tokens":21,'
+    b'"prompt_tokens_details":{"cached_tokens":0}}}',
+    b'{"choices":[{"finish_reason":"length","index":0,"delta":{}}],"created":1,"id":"c","model":"m",'
+    b'"object":"chat.completion.chunk","timings":{"prompt_n":4,"cache_n":60,"predicted_n":16}}',
+)
+
+
+@pytest.mark.parametrize("payload", REAL_CHUNKS)
+def test_real_servers_chunks_take_the_fast_path(payload: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = parse_object(json.loads(payload), chat=True, delta=True)
+
+    def refused(*_: object) -> None:
+        raise AssertionError("the general path was taken")
+
+    monkeypatch.setattr(sse, "_general", refused)
+    assert parse_line(b"data: " + payload, chat=True) == expected
 
 
 @FUZZ

@@ -1,6 +1,6 @@
 """The thin shell: parse the options → call one `gpuscout.api` function → render with `gpuscout.report`.
 
-Heavy modules (the estimator, torch for --trace, httpx for load) are imported inside the commands,
+Heavy modules (the estimator, torch for --trace, the load client) are imported inside the commands,
 so `gpuscout --help` stays fast. User errors print their three parts and exit 1, no traceback.
 """
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from gpuscout.loadgen.counts import ABSURD_PER_MAX_TOKENS
 from gpuscout.loadgen.redact import scrub
-from gpuscout.loadgen.sse import LineSplitter, MalformedSseError, OversizeLineError, parse_line, parse_object
+from gpuscout.loadgen.sse import LineSplitter, OversizeLineError, parse_object, parse_payloads
 from gpuscout.loadgen.wire import Connection, Pool, StopReading, WireError
 
 ERROR_BODY_S = 5.0  # an HTTP error's body gets this long to arrive; the status is the measurement
@@ -140,22 +140,18 @@ class StreamSink(_Sink):
         except OversizeLineError as exc:
             live.error = f"oversize_line: {exc}; the rest was not read"
             raise StopReading from None
-        chunks, pieces, chat = live.chunks, live.pieces, self.chat
-        for line in lines:
-            if len(line) < 5:  # blank separators, "\r": no data line is this short
-                continue
-            try:
-                event = parse_line(line.rstrip(b"\r"), chat=chat)
-            except MalformedSseError:
-                self.malformed += 1
-                continue
-            if event.text:
-                chunks.append(now)
-                pieces.append(event.text)
-            if event.usage is not None:
-                live.usage = event.usage
-            if event.error:
-                live.error = f"stream_error: {scrub_text(event.error, self.secrets)}"
+        # Only `data:` lines carry anything; `[DONE]` ends the stream, which the framing already tells.
+        payloads = [p for line in lines if line.startswith(b"data:") and (p := line[5:].strip()) != b"[DONE]"]
+        read = parse_payloads(payloads, chat=self.chat)
+        self.malformed += read.malformed
+        chunks = live.chunks
+        if read.texts:
+            chunks.extend([now] * len(read.texts))
+            live.pieces.extend(read.texts)
+        if read.usage is not None:
+            live.usage = read.usage
+        for error in read.errors:
+            live.error = f"stream_error: {scrub_text(error, self.secrets)}"
         if len(chunks) > self.max_chunks:
             live.error = (f"oversize_body: more than {self.max_chunks:,} content chunks for max_tokens "
                           f"{self.max_tokens:,}; the rest was not read")

@@ -1,10 +1,16 @@
 """Server-sent events of an OpenAI-compatible stream: split bytes into lines, read one `data:` line.
 
 Cheap on purpose (the client must not become the bottleneck, docs/measurement.md §5): bytes are
-split on newlines without decoding, and each `data:` payload is parsed with `json.loads` exactly once;
-no model validation per chunk. Only choices with non-empty text count as content (vLLM counts any
-non-empty `choices`, LLMPerf only non-empty content; gpuscout follows LLMPerf so role-only and
-usage-only chunks never start or extend the clock).
+split on newlines without decoding, and each `data:` payload is decoded once by msgspec into the few
+fields the client reads (text, usage, error), skipping the rest unbuilt: 0.8 µs an event against 3.2 µs
+for the standard library's scanner, which was half the client's CPU (benchmarks/load_overhead.py). A
+payload that does not fit those fields' types (any JSON shape may come) is read again by the general
+path, `json.loads`'s own scanner and `parse_object`, which decides; so the event is the same either way
+(tests/loadgen/test_fuzz_load.py checks it on generated JSON).
+
+Only choices with non-empty text count as content (vLLM counts any non-empty `choices`, LLMPerf
+only non-empty content; gpuscout follows LLMPerf so role-only and usage-only chunks never start or
+extend the clock).
 
 Hostile input never raises anything but `MalformedSseError` / `OversizeLineError` (docs/measurement.md
 §2.5): any JSON shape is read (a `delta` or `message` that is not an object, or content that is not
@@ -19,6 +25,8 @@ import json
 import json.scanner
 import math
 from typing import Any, NamedTuple
+
+import msgspec
 
 MAX_LINE_BYTES = 1 << 20  # one SSE line; a real chunk is a few hundred bytes (a few KiB with logprobs)
 # json.loads's C scanner without the wrappers around it (the same parser, NaN and Infinity included): a
@@ -35,6 +43,36 @@ class SseEvent(NamedTuple):
 
 EMPTY = SseEvent(None, None, False, None)
 DONE = SseEvent(None, None, True, None)
+
+
+_ABSENT = msgspec.Raw(b"")
+_NULL = msgspec.Raw(b"null")
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None
+    reasoning: str | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    text: str | None = None
+
+
+class _Chunk(msgspec.Struct):
+    """The fields of a stream chunk the client reads; the rest of the object is skipped, not built. usage,
+    timings and error stay raw JSON: one chunk a request carries them, and `json.loads` reads them as the
+    general path would (numbers of any size, the same objects)."""
+
+    choices: list[_Choice] | None = None
+    usage: msgspec.Raw = _ABSENT
+    timings: msgspec.Raw = _ABSENT
+    error: msgspec.Raw = _ABSENT
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_decode_chunks = msgspec.json.Decoder(_Chunk).decode_lines  # whitespace-separated objects, in order
 
 
 class MalformedSseError(ValueError):
@@ -89,15 +127,144 @@ class LineSplitter:
 
 
 def parse_line(line: bytes, *, chat: bool) -> SseEvent:
-    """One SSE line → event. Comments, `event:` lines and blank separators carry nothing."""
+    """One SSE line (a trailing CR is whitespace here) → event. Comments, `event:` lines and blank separators
+    carry nothing."""
     if not line.startswith(b"data:"):
         return EMPTY
     payload = line[5:].strip()
     if payload == b"[DONE]":
         return DONE
+    return parse_payload(payload, chat=chat)
+
+
+def parse_payload(payload: bytes, *, chat: bool) -> SseEvent:
+    """One `data:` payload (stripped, not `[DONE]`) → event; raises MalformedSseError."""
     try:
-        text = payload.decode()
-        obj, end = _scan(text, 0)  # json.loads's own scanner, called directly: one call per event
+        text = payload.decode()  # strict UTF-8, as json.loads: the fast path may not accept more
+    except ValueError:
+        raise MalformedSseError(payload[:80].decode("utf-8", "replace")) from None
+    try:
+        return _event(_decode_chunk(text), chat)
+    except (ValueError, RecursionError):  # msgspec.DecodeError and ValidationError are ValueErrors
+        return _general(text, payload, chat)
+
+
+class Read(NamedTuple):
+    """What one read's payloads carried: texts of the content events in order, the last `usage` (None when
+    none), the error texts sent inside the stream, and how many payloads were malformed."""
+
+    texts: list[str]
+    usage: object | None
+    errors: list[str]
+    malformed: int
+
+
+def parse_payloads(payloads: list[bytes], *, chat: bool) -> Read:
+    """The events of one read's `data:` payloads (stripped, `[DONE]` left out), as `parse_payload` gives them.
+
+    Several at once are decoded by one msgspec call over the payloads joined by newlines, when each starts
+    with "{" and ends with "}" and the call finds exactly as many objects as there are payloads. That is
+    exactly when each payload is one object by itself: between two payloads stands "}\n{", which inside
+    any object or array is a syntax error, and a string cannot hold a raw newline, so no object can span
+    two payloads, and with no spanning a count equal to the payloads' leaves one object each. Anything
+    else is read payload by payload, where each malformed one is counted.
+    """
+    if len(payloads) > 1 and all(p.startswith(b"{") and p.endswith(b"}") for p in payloads):
+        try:
+            chunks = _decode_chunks(b"\n".join(payloads).decode())
+            if len(chunks) == len(payloads):
+                return _read_chunks(chunks, chat)
+        except (ValueError, RecursionError):
+            pass
+    return _read_each(payloads, chat)
+
+
+def _read_chunks(chunks: list[_Chunk], chat: bool) -> Read:
+    """`_event` over decoded chunks, inlined for the common chunk (text only): once per token of a stream."""
+    texts: list[str] = []
+    usage, errors = None, []
+    for chunk in chunks:
+        u, t, e = chunk.usage, chunk.timings, chunk.error
+        if (u and u != _NULL) or (t and t != _NULL) or (e and e != _NULL):  # _has_extras, inlined
+            event = _event(chunk, chat)
+            if event.text:
+                texts.append(event.text)
+            usage = event.usage if event.usage is not None else usage
+            if event.error:
+                errors.append(event.error)
+            continue
+        if chunk.choices:
+            first = chunk.choices[0]
+            if chat:
+                part = first.delta
+                content = (part.content or part.reasoning_content or part.reasoning) if part is not None else None
+            else:
+                content = first.text
+            if content:
+                texts.append(content)
+    return Read(texts, usage, errors, 0)
+
+
+def _read_each(payloads: list[bytes], chat: bool) -> Read:
+    texts: list[str] = []
+    usage, errors, malformed = None, [], 0
+    for payload in payloads:
+        try:
+            event = parse_payload(payload, chat=chat)
+        except MalformedSseError:
+            malformed += 1
+            continue
+        if event.text:
+            texts.append(event.text)
+        usage = event.usage if event.usage is not None else usage
+        if event.error:
+            errors.append(event.error)
+    return Read(texts, usage, errors, malformed)
+
+
+def _event(chunk: _Chunk, chat: bool) -> SseEvent:
+    """`parse_object` for a chunk whose fields have OpenAI's types (what msgspec accepted); raises ValueError
+    or RecursionError where `usage`, `timings` or `error` is past json.loads (the caller goes the general way)."""
+    content = None
+    if chunk.choices:
+        first = chunk.choices[0]
+        if chat:
+            part = first.delta
+            if part is not None:  # reasoning models stream their thinking first: generated output, counted
+                content = part.content or part.reasoning_content or part.reasoning
+        else:
+            content = first.text
+    if _has_extras(chunk):  # the last chunk or two of a stream
+        return _with_extras(chunk, content)
+    return SseEvent(content, None, False, None)
+
+
+def _has_extras(chunk: _Chunk) -> bool:
+    """usage, timings or error present and not null (vLLM sends `"usage": null` in every chunk; null is what
+    the general path reads as absent for all three)."""
+    u, t, e = chunk.usage, chunk.timings, chunk.error
+    return bool((u and u != _NULL) or (t and t != _NULL) or (e and e != _NULL))
+
+
+def _with_extras(chunk: _Chunk, text: str | None) -> SseEvent:
+    usage = _value(chunk.usage)
+    if usage is None and chunk.timings:
+        timings = _value(chunk.timings)
+        if isinstance(timings, dict):
+            usage = _timings_usage(timings)
+    error = _value(chunk.error)
+    return SseEvent(text, usage, False, _error_text(error) if error else None)
+
+
+def _value(raw: msgspec.Raw) -> Any:
+    """A raw field as json.loads reads it (None when absent)."""
+    return json.loads(bytes(raw)) if raw else None
+
+
+def _general(text: str, payload: bytes, chat: bool) -> SseEvent:
+    """Any JSON: json.loads's own scanner, called directly, then `parse_object`."""
+    try:
+        obj, end = _scan(text, 0)
     except (ValueError, RecursionError, StopIteration):  # RecursionError: [[[[… past the interpreter's limit
         raise MalformedSseError(payload[:80].decode("utf-8", "replace")) from None
     if end != len(text):  # "extra data" to json.loads
