@@ -112,6 +112,9 @@ def test_connection_close_and_close_delimited_bodies_open_a_new_connection() -> 
     (b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", "malformed_http"),
     (b"HTTP/1.1 200 OK\r\nContent-Length: 1e3\r\n\r\n", "malformed_http"),
     (b"", "dropped_stream"),
+    # sizes int(…, 16) would take but HTTP does not, each followed by exactly that many bytes
+    *((b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + size + b"\r\nhello\r\n5\r\nworld\r\n0\r\n\r\n",
+       "malformed_http") for size in (b"0x5", b"+5", b"0_5")),
 ])
 def test_what_is_not_http_is_an_error_kind(reply: bytes, kind: str) -> None:
     async def main() -> None:

@@ -90,7 +90,7 @@ def client_fingerprint() -> Fingerprint:
     return Fingerprint(gpuscout_version=package_version("gpuscout") or "unknown", python=sys.version.split()[0],
                        platform=platform.platform(), cpu_model=cpu_model(), cpu_cores=usable_cores(),
                        ram_bytes=ram_bytes(),
-                       libraries={k: v for k in ("pydantic",) if (v := package_version(k))})
+                       libraries={k: v for k in ("pydantic", "msgspec") if (v := package_version(k))})
 
 
 def _sha256(data: bytes) -> str:

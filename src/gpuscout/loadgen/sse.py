@@ -29,8 +29,8 @@ from typing import Any, NamedTuple
 import msgspec
 
 MAX_LINE_BYTES = 1 << 20  # one SSE line; a real chunk is a few hundred bytes (a few KiB with logprobs)
-# json.loads's C scanner without the wrappers around it (the same parser, NaN and Infinity included): a
-# stream carries one JSON object per token, so the per-call overhead is most of the client's CPU.
+# The general path: json.loads's C scanner without the wrappers around it (the same parser, NaN and
+# Infinity included), for the payloads msgspec's typed decode refuses.
 _scan = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: a decoder is what it takes
 
 
@@ -182,16 +182,12 @@ def parse_payloads(payloads: list[bytes], *, chat: bool) -> Read:
 def _read_chunks(chunks: list[_Chunk], chat: bool) -> Read:
     """`_event` over decoded chunks, inlined for the common chunk (text only): once per token of a stream."""
     texts: list[str] = []
-    usage, errors = None, []
+    errors: list[str] = []
+    usage: object | None = None
     for chunk in chunks:
         u, t, e = chunk.usage, chunk.timings, chunk.error
         if (u and u != _NULL) or (t and t != _NULL) or (e and e != _NULL):  # _has_extras, inlined
-            event = _event(chunk, chat)
-            if event.text:
-                texts.append(event.text)
-            usage = event.usage if event.usage is not None else usage
-            if event.error:
-                errors.append(event.error)
+            usage = _take(_event(chunk, chat), texts, errors, usage)
             continue
         if chunk.choices:
             first = chunk.choices[0]
@@ -207,19 +203,24 @@ def _read_chunks(chunks: list[_Chunk], chat: bool) -> Read:
 
 def _read_each(payloads: list[bytes], chat: bool) -> Read:
     texts: list[str] = []
-    usage, errors, malformed = None, [], 0
+    errors: list[str] = []
+    usage: object | None = None
+    malformed = 0
     for payload in payloads:
         try:
-            event = parse_payload(payload, chat=chat)
+            usage = _take(parse_payload(payload, chat=chat), texts, errors, usage)
         except MalformedSseError:
             malformed += 1
-            continue
-        if event.text:
-            texts.append(event.text)
-        usage = event.usage if event.usage is not None else usage
-        if event.error:
-            errors.append(event.error)
     return Read(texts, usage, errors, malformed)
+
+
+def _take(event: SseEvent, texts: list[str], errors: list[str], usage: object | None) -> object | None:
+    """Add one event to a read's texts and errors; the usage the read now has (the last one sent)."""
+    if event.text:
+        texts.append(event.text)
+    if event.error:
+        errors.append(event.error)
+    return event.usage if event.usage is not None else usage
 
 
 def _event(chunk: _Chunk, chat: bool) -> SseEvent:
@@ -240,8 +241,8 @@ def _event(chunk: _Chunk, chat: bool) -> SseEvent:
 
 
 def _has_extras(chunk: _Chunk) -> bool:
-    """usage, timings or error present and not null (vLLM sends `"usage": null` in every chunk; null is what
-    the general path reads as absent for all three)."""
+    """usage, timings or error present and not null. With include_usage, OpenAI's API sends `"usage": null` in
+    every chunk but the last; null is what the general path reads as absent for all three."""
     u, t, e = chunk.usage, chunk.timings, chunk.error
     return bool((u and u != _NULL) or (t and t != _NULL) or (e and e != _NULL))
 

@@ -258,17 +258,13 @@ class Connection(asyncio.Protocol):
         many bytes, CRLF) is taken without a state change. Split on CRLF, a chunk is a size part followed by a
         data part of exactly that length; at the first part that is not (data holding a CRLF, a size with
         extensions or bare LFs, the last chunk, a partial one) the rest goes the long way."""
-        parts = view.split(b"\r\n")
+        parts, hex_digits = view.split(b"\r\n"), _HEX.fullmatch
         pos, i, n = 0, 0, len(parts) - 2  # a data part needs a part after it: its closing CRLF is in the read
         while i < n:
             size_line, data = parts[i], parts[i + 1]
-            # isalnum: ASCII letters and digits only, so int(…, 16) cannot take a sign, "_" or spaces
-            if len(size_line) > 15 or not size_line.isalnum():
+            if hex_digits(size_line) is None:  # not int()'s test: it takes "0x", "_", signs and spaces
                 break
-            try:
-                size = int(size_line, 16)
-            except ValueError:
-                break
+            size = int(size_line, 16)
             if size == 0 or size != len(data):
                 break
             pieces.append(data)
