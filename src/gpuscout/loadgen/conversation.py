@@ -40,7 +40,9 @@ async def run_sessions(ctx: _Context, workload: Any, shape: LoadShape, planned: 
     next_index = part.next_index if part is not None and part.next_index is not None else lambda: next(counter)
     mine = [c for c in range(len(conversations)) if part is None or c % part.of == part.share] or [0]
     order: Iterator[int] = itertools.cycle(mine)
-    sessions = itertools.count()
+    # Session ids unique across --workers processes: process s of n numbers its k-th session k·n + s.
+    share, of = (part.share, part.of) if part is not None else (0, 1)
+    sessions = (k * of + share for k in itertools.count())
 
     async def user() -> None:
         while True:
