@@ -272,6 +272,7 @@ def _build_run(info: _RunInfo, ctx: _Context, lives: list[Live], cpu_s: float) -
                    client_cpu_s=cpu_s, url=ctx.shown_url, model=info.model, endpoint=info.endpoint, stream=info.stream,
                    notes=tuple(ctx.notes + (watch.notes if watch else [])), t0_perf_counter_s=ctx.t0,
                    timeout_s=ctx.wire.timeout_s, loop_lag_s=tuple(watch.loop_lag_s) if watch else (),
+                   loop_lag_busy=tuple(watch.loop_busy) if watch else (),
                    loop_cpu_s=(time.thread_time() - ctx.thread0,) if ctx.t0 is not None else (),
                    loop_wait_s=_waited(ctx),
                    server=tuple(watch.server_samples(t0)) if watch else (),

@@ -168,17 +168,28 @@ def saturation(run: LoadRun, values: dict[str, Metric]) -> list[str]:
     loop_p95 = lag.summary.p95 if lag is not None and lag.summary is not None else 0.0
     if loop_p95 <= SATURATED_LOOP_LAG_S:
         return []
-    used, wanted = values["client_cpu_fraction"].value, loop_demand_fraction(run)
+    used, wanted, busy = values["client_cpu_fraction"].value, loop_demand_fraction(run), busy_when_late(run)
     late = f"ran {loop_p95 * 1e3:.1f} ms late (P95)"
-    if used >= SATURATED_CPU_FRACTION:
-        return [f"the client was saturated: its event loop used {used:.2f} of a core and {late}, so its own "
-                "queueing is inside the latencies (use --workers N, a lower level, or a client machine with cores "
-                "to spare)"]
+    if used >= SATURATED_CPU_FRACTION or busy >= SATURATED_CPU_FRACTION:
+        how = (f"used {used:.2f} of a core" if used >= SATURATED_CPU_FRACTION else
+               f"was running its own work for {busy:.2f} of the time it was late ({used:.2f} of a core overall)")
+        return [f"the client was saturated: its event loop {how} and {late}, so its own queueing is inside the "
+                "latencies (use --workers N, a lower level, or a client machine with cores to spare)"]
     if wanted >= SATURATED_CPU_FRACTION:
         return [f"the client was kept waiting for a CPU: its event loop was ready to run for {wanted:.2f} of the "
                 f"run but ran for {used:.2f}, as other processes held the cores, and {late}, so that wait is inside "
                 "the latencies (run the client where it has a core to itself)"]
     return []
+
+
+def busy_when_late(run: LoadRun) -> float:
+    """The loop thread's CPU share over the lag ticks that fired late: near 1, its own callbacks made it late
+    (a run can average under 0.9 of a core while waiting on the server, yet queue hundreds of ms whenever
+    data comes); 0 where the samples were not recorded."""
+    if len(run.loop_lag_busy) != len(run.loop_lag_s):
+        return 0.0
+    late = [b for lag, b in zip(run.loop_lag_s, run.loop_lag_busy, strict=True) if lag > SATURATED_LOOP_LAG_S]
+    return sum(late) / len(late) if late else 0.0
 
 
 def loop_demand_fraction(run: LoadRun) -> float:

@@ -38,7 +38,9 @@ class Watch:
         self.watching = watch_saturation
         self.lives = lives
         self.loop_lag_s: list[float] = []
+        self.loop_busy: list[float] = []  # per lag sample: the loop thread's CPU share of that tick's interval
         self._due: float | None = None  # when the lag timer now waiting should fire (loop.time())
+        self._tick = (0.0, 0.0)  # that tick's start: loop.time() and the thread's CPU time
         self.notes: list[str] = []
         self.stopped: str | None = None
         self.engine: str | None = None
@@ -75,19 +77,27 @@ class Watch:
     async def _lag(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            self._due = loop.time() + LAG_TICK_S
+            self._tick = (loop.time(), time.thread_time())
+            self._due = self._tick[0] + LAG_TICK_S
             await asyncio.sleep(LAG_TICK_S)
-            if len(self.loop_lag_s) < MAX_LAG_SAMPLES:
-                self.loop_lag_s.append(max(0.0, loop.time() - self._due))
+            self._sample(loop.time())
             self._due = None
+
+    def _sample(self, now: float) -> None:
+        """How late the tick fired, and the share of its interval this thread (the loop's) spent on a CPU:
+        near 1 the loop was late from its own work, well below it was descheduled or blocked."""
+        if self._due is None or len(self.loop_lag_s) >= MAX_LAG_SAMPLES:
+            return
+        start, cpu = self._tick
+        self.loop_lag_s.append(max(0.0, now - self._due))
+        self.loop_busy.append(min(1.0, (time.thread_time() - cpu) / max(now - start, 1e-9)))
 
     def _pending_lag(self) -> None:
         """The tick still waiting at the stop, when it is overdue: a loop blocked in long callbacks fires its
         timer a few times a run, or never, and that lateness is the sign of saturation the gate reads."""
-        if self._due is not None and len(self.loop_lag_s) < MAX_LAG_SAMPLES:
-            late = asyncio.get_running_loop().time() - self._due
-            if late > 0:
-                self.loop_lag_s.append(late)
+        now = asyncio.get_running_loop().time()
+        if self._due is not None and now > self._due:
+            self._sample(now)
         self._due = None
 
     async def _saturation(self) -> None:

@@ -92,6 +92,8 @@ class LoadRun(BaseModel):
     t0_perf_counter_s: float | None = None
     timeout_s: float | None = None  # the per-request timeout used
     loop_lag_s: tuple[float, ...] = ()  # how late a 10 ms timer of the client's event loop fired, sampled
+    # per lag sample: the loop thread's CPU time / that tick's wall interval (1.0: it ran the whole time)
+    loop_lag_busy: tuple[float, ...] = ()
     # CPU seconds of the thread running the event loop (the client proper: a server started in another thread of
     # the same process, as in tests, is not in it); --workers: one per process.
     loop_cpu_s: tuple[float, ...] = ()

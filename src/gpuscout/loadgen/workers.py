@@ -142,6 +142,7 @@ def merge_runs(runs: list[LoadRun], shape: LoadShape) -> LoadRun:
         "records": (*warm, *measured), "shape": shape, "wall_s": wall,
         "client_cpu_s": sum(r.client_cpu_s for r in runs), "notes": tuple(notes),
         "loop_lag_s": tuple(x for r in runs for x in r.loop_lag_s),
+        "loop_lag_busy": tuple(x for r in runs for x in r.loop_lag_busy),
         "loop_cpu_s": tuple(x for r in runs for x in r.loop_cpu_s),
         "loop_wait_s": tuple(x for r in runs for x in r.loop_wait_s),
         "worker_cpu_s": tuple(r.client_cpu_s for r in runs), "server": lead.server, "server_engine": lead.server_engine,
