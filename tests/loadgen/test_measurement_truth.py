@@ -27,7 +27,7 @@ from tiny_tokenizer import write_tiny_tokenizer
 
 from gpuscout.loadgen import exchange
 from gpuscout.loadgen.client import run_load_sync
-from gpuscout.loadgen.metrics import loop_demand_fraction, summarize_load
+from gpuscout.loadgen.metrics import busy_when_late, loop_demand_fraction, summarize_load
 from gpuscout.loadgen.schedule import LoadShape
 from gpuscout.loadgen.sse import parse_object, read_usage
 from gpuscout.loadgen.workload import Prompt, Workload
@@ -115,13 +115,13 @@ def test_a_saturated_client_makes_the_run_invalid(monkeypatch: pytest.MonkeyPatc
     # On a machine whose other work holds the cores the same loop shows as kept off the CPU: invalid too,
     # for the reason the kernel gives.
     flagged = [n for n in case.notes if n.startswith("invalid") and ("client was saturated" in n or KEPT_OFF_CPU in n)]
-    others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
-    if not flagged and others and loop_demand_fraction(run) < 0.9:
-        # In the whole suite, threads other tests left in this process took the GIL from the loop: it lost
-        # wall time neither on a CPU nor waiting for one (CI: 1.7 s late ticks at 0.89 busy). The gate reads
-        # that as "blocked", which it does not judge (docs/measurement.md §2.3); a user's process has no such
-        # threads.
-        pytest.skip(f"other threads of this process ({', '.join(others[:5])}) held the loop: {seen}")
+    if not flagged and busy_when_late(run) < 0.9 and loop_demand_fraction(run) < 0.9:
+        # The loop lost wall time through its late ticks neither on a CPU nor waiting for one: a VM's steal
+        # time, or threads other tests left in this process holding the GIL (CI, twice: 1.7 s late ticks at
+        # 0.86–0.89 busy, no run-queue wait). The gate does not judge a blocked loop (docs/measurement.md
+        # §2.3), and a user's client on a quiet machine is not one.
+        others = [t.name for t in threading.enumerate() if t is not threading.current_thread()]
+        pytest.skip(f"the loop was held by something outside it (other threads: {others[:5] or 'none'}): {seen}")
     assert flagged, (case.notes, seen)
     assert metric(case, "client_cpu_fraction").value >= 0.5, seen  # the loop thread was busy, not only descheduled
     assert not any("client was saturated" in n for n in fast.notes), (fast.notes, metric(fast, "client_cpu_fraction"))
