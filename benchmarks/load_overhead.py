@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -261,10 +261,14 @@ def _one(name: str, args: argparse.Namespace, tokenizer: Path | None, url: str, 
     return run_aiperf(args.aiperf, tokenizer, url, level, args.requests)
 
 
+def zero_server() -> AbstractContextManager[str]:
+    return script_server("zero_latency_server.py", "--port", "0", "--max-seconds", "1800")
+
+
 @contextmanager
-def zero_server() -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, str(HERE / "zero_latency_server.py"), "--port", "0", "--max-seconds",
-                             "1800"], stdout=subprocess.PIPE, text=True)
+def script_server(script: str, *args: str) -> Iterator[str]:
+    """A server script of this folder in its own process: its URL, from the "PORT <n>" line it prints."""
+    proc = subprocess.Popen([sys.executable, str(HERE / script), *args], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[1])}"

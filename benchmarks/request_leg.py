@@ -22,32 +22,22 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "loadgen"))
 
-from load_overhead import LEVELS, TOKEN_S, TTFT_S, load_average, run_gpuscout, run_raw  # noqa: E402
+from load_overhead import LEVELS, TOKEN_S, TTFT_S, load_average, run_gpuscout, run_raw, script_server  # noqa: E402
 
 LEGS = ("overhead", "send", "queue", "receive")
 
 
-@contextmanager
-def stamping_server() -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, str(HERE / "stamping_server.py"), "--ttft", str(TTFT_S),
-                             "--token-delay", str(TOKEN_S)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        yield f"http://127.0.0.1:{int(proc.stdout.readline().split()[1])}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+def stamping_server() -> AbstractContextManager[str]:
+    return script_server("stamping_server.py", "--ttft", str(TTFT_S), "--token-delay", str(TOKEN_S))
 
 
 def records(url: str) -> dict[str, dict[str, float | list[float]]]:
