@@ -30,9 +30,11 @@ from gpuscout.loadgen.sse import (
     OversizeLineError,
     SseEvent,
     parse_line,
+    parse_lines,
     parse_object,
     parse_payload,
     parse_payloads,
+    parse_read,
     read_usage,
 )
 from gpuscout.loadgen.workload import Prompt, Workload
@@ -104,6 +106,70 @@ def test_a_read_of_many_payloads_gives_what_each_gives_alone(payloads: list[byte
         usage = event.usage if event.usage is not None else usage
         errors += [event.error] if event.error else []
     assert repr(parse_payloads(payloads, chat=chat)) == repr(sse.Read(texts, usage, errors, bad))
+
+
+LINE = (st.builds(lambda p: b"data: " + p, PAYLOAD)
+        | st.sampled_from([b"", b"\r", b"data: [DONE]", b"data:[DONE]", b": keep-alive", b"event: x", b"data:",
+                           b"data: {} ", b"data:{}", b"data:  {}", b"data: {}\r", b"id: 1", b"data: {}}",
+                           b"data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}"]))
+
+
+@FUZZ
+@given(st.lists(LINE, max_size=10), st.booleans())
+def test_a_read_of_many_lines_gives_what_each_line_gives_alone(lines: list[bytes], chat: bool) -> None:
+    """sse.parse_lines (one count-and-replace over a read's lines when they look like what servers send)
+    against parse_line on each: the same events in the same order and the same malformed count."""
+    texts, usage, errors, bad = [], None, [], 0
+    for line in lines:
+        try:
+            event = parse_line(line, chat=chat)
+        except MalformedSseError:
+            bad += 1
+            continue
+        texts += [event.text] if event.text else []
+        usage = event.usage if event.usage is not None else usage
+        errors += [event.error] if event.error else []
+    assert repr(parse_lines(lines, chat=chat)) == repr(sse.Read(texts, usage, errors, bad))
+
+
+@FUZZ
+@given(st.lists(st.tuples(LINE, st.sampled_from([b"\n\n", b"\n", b"\r\n\r\n", b""])), max_size=8), st.booleans(),
+       st.binary(max_size=3))
+def test_a_whole_read_gives_what_its_lines_give(events: list[tuple[bytes, bytes]], chat: bool, pending: bytes) -> None:
+    """sse.parse_read (one count-and-replace over a read of whole `data: {…}` events) against splitting the
+    read into lines first: the same events, and the same line left pending for the next read."""
+    data = b"".join(line + end for line, end in events)
+    fast, slow = LineSplitter(), LineSplitter()
+    if pending:  # a line begun by the read before
+        fast.feed(pending)
+        slow.feed(pending)
+    try:
+        expected = parse_lines(slow.feed(data), chat=chat)
+    except OversizeLineError:
+        return
+    assert repr(parse_read(fast, data, chat=chat)) == repr(expected)
+    assert fast.feed(b"\n") == slow.feed(b"\n")
+
+
+def test_a_read_of_whole_events_is_counted_not_split(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = b"".join(b"data: " + chunk + b"\n\n" for chunk in REAL_CHUNKS[1:4]) + b"data: [DONE]\n\n"
+    assert sse._whole_events(data) == (b"\n".join(REAL_CHUNKS[1:4]), 3)
+    assert sse._whole_events(b"data: [DONE]\n\n") == (b"", 0)
+    for odd in (data[:-1], b"data: {}\n" + data, b": ping\n\n" + data, data.replace(b"data: {", b"data:{", 1),
+                b"data: {}\n\nx}\n\n", b"data: {} \n\n", b"data: {}\r\n\r\n",
+                b"data: {}\n\nab",  # a line still to come: whole events decode, but "ab" must stay pending
+                b'data: {"a":[\n\ndata: {}]} {}\n\n'):  # two objects across two lines, each line malformed
+        assert sse._whole_events(odd) is None, odd
+    monkeypatch.setattr(LineSplitter, "feed", None)  # the fast path never splits
+    assert parse_read(LineSplitter(), data, chat=True).texts == [" tok", "think"]
+
+
+def test_what_servers_send_takes_the_one_buffer_path() -> None:
+    lines = [b"data: " + REAL_CHUNKS[1], b"", b"data: " + REAL_CHUNKS[3], b"", b"data: [DONE]", b""]
+    assert sse._canonical(lines) == (b"\n" + REAL_CHUNKS[1] + b"\n" + REAL_CHUNKS[3], 2)
+    for odd in (b": keep-alive", b"data:" + REAL_CHUNKS[1], b"data: [DONE]", b"data: {} x", b"\r"):
+        assert sse._canonical([*lines[:2], odd, *lines[2:]]) is None, odd
+    assert sse._canonical([b'data: {"a":[', b'data: {}]} {}']) is None  # one object across two lines
 
 
 # What real servers stream (shapes from vLLM, SGLang, TGI and llama.cpp's server): all on the fast path.

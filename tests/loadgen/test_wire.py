@@ -11,8 +11,10 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from gpuscout.loadgen.wire import Pool, Target, WireError
+from gpuscout.loadgen.wire import Connection, Pool, Target, WireError
 
 
 class Sink:
@@ -149,3 +151,45 @@ def test_the_request_is_one_write_with_its_host_and_length() -> None:
     assert head.split(b"\r\n")[0] == b"POST /v1/chat/completions?api-version=2 HTTP/1.1"
     assert b"host: [::1]:8443" in head and b"content-length: 7" in head and body == b'{"a":1}'
     assert Target.parse("http://h/v1").authority == "h"
+
+
+SIZE_SPELLINGS = st.sampled_from(["{:x}", "{:X}", "0{:x}", "{:x};ext=1", "{:x} "])
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.binary(min_size=1, max_size=40) | st.sampled_from([b"\r\n", b"a\r\nb", b"\r"]),
+                          SIZE_SPELLINGS), max_size=12),
+       st.integers(min_value=1, max_value=64))
+def test_chunked_bodies_arrive_exact_whatever_the_size_spelling_and_the_reads(
+        chunks: list[tuple[bytes, str]], step: int) -> None:
+    """Connection._whole_chunks checks every size of a read at once where they are lowercase hex and chunk by
+    chunk otherwise: each spelling, data holding CRLFs, and reads of any size give the body the server framed."""
+    body = b"".join(data for data, _ in chunks)
+    reply = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"".join(
+        spelling.format(len(data)).encode() + b"\r\n" + data + b"\r\n" for data, spelling in chunks) + b"0\r\n\r\n"
+
+    async def main() -> None:
+        conn = Connection()
+        conn.connection_made(_Transport())  # type: ignore[arg-type]
+        sink = Sink()
+        _, done = conn.exchange(b"GET / HTTP/1.1\r\n\r\n", sink)
+        for i in range(0, len(reply), step):
+            conn.data_received(reply[i:i + step])
+        await asyncio.wait_for(done, 1)
+        assert (sink.data, conn.reusable) == (body, True)
+        conn.connection_made(_Transport())  # type: ignore[arg-type]
+        sink = Sink()
+        _, done = conn.exchange(b"GET / HTTP/1.1\r\n\r\n", sink)
+        conn.data_received(reply)  # the whole reply in one read: the all-at-once check
+        await asyncio.wait_for(done, 1)
+        assert sink.data == body
+
+    asyncio.run(main())
+
+
+class _Transport:
+    def write(self, data: bytes) -> None:
+        pass
+
+    def abort(self) -> None:
+        pass

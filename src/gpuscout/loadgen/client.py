@@ -54,6 +54,7 @@ from gpuscout.loadgen.exchange import (
     attempt,
     begin,
     max_body_bytes,
+    sweep,
 )
 from gpuscout.loadgen.record import (
     Endpoint,
@@ -157,6 +158,8 @@ class _Context:
     cpu0: float = 0.0
     thread0: float = 0.0  # the loop thread's CPU time at t0
     wait0: float | None = None  # its run-queue wait at t0 (None where the kernel does not say)
+    thread1: float | None = None  # the loop thread's CPU time when the measured phase ended
+    wait1: float | None = None  # its run-queue wait then
     watch: monitor.Watch | None = None
 
 
@@ -205,9 +208,11 @@ async def run_load(url: str, model: str, workload: WorkloadLike, shape: LoadShap
         ctx.notes.append("the URL's user:password@ was not sent; the API key goes as a Bearer token (--api-key-env)")
     gc.collect()
     gc.freeze()  # fewer GC pauses during the run (vLLM's freeze_gc_heap, docs/measurement.md §5)
+    sweeper = asyncio.create_task(sweep(wire))
     try:
         await _phases(ctx, shape, workload, metrics_url, _part)
     finally:
+        sweeper.cancel()
         gc.unfreeze()
         pool.close()
     run = _build_run(info, ctx, ctx.lives, time.process_time() - ctx.cpu0)
@@ -273,7 +278,7 @@ def _build_run(info: _RunInfo, ctx: _Context, lives: list[Live], cpu_s: float) -
                    notes=tuple(ctx.notes + (watch.notes if watch else [])), t0_perf_counter_s=ctx.t0,
                    timeout_s=ctx.wire.timeout_s, loop_lag_s=tuple(watch.loop_lag_s) if watch else (),
                    loop_lag_busy=tuple(watch.loop_busy) if watch else (),
-                   loop_cpu_s=(time.thread_time() - ctx.thread0,) if ctx.t0 is not None else (),
+                   loop_cpu_s=(_ended(ctx.thread1, time.thread_time) - ctx.thread0,) if ctx.t0 is not None else (),
                    loop_wait_s=_waited(ctx),
                    server=tuple(watch.server_samples(t0)) if watch else (),
                    server_engine=watch.engine if watch else None, stopped=watch.stopped if watch else None)
@@ -287,8 +292,13 @@ def run_queue_wait_s() -> float | None:
         return None
 
 
+def _ended(stamp: float | None, clock: Callable[[], float]) -> float:
+    """A clock's reading when the measured phase ended; now, for a run interrupted inside it."""
+    return clock() if stamp is None else stamp
+
+
 def _waited(ctx: _Context) -> tuple[float, ...]:
-    now = run_queue_wait_s()
+    now = ctx.wait1 if ctx.wait1 is not None else run_queue_wait_s()
     if ctx.t0 is None or ctx.wait0 is None or now is None:
         return ()
     return (max(0.0, now - ctx.wait0),)
@@ -319,6 +329,9 @@ async def _phases(ctx: _Context, shape: LoadShape, workload: WorkloadLike, metri
     ctx.watch.start(ctx.t0)
     try:
         await _measured(ctx, shape, workload, planned, part)
+        # The loop thread's CPU over the measured phase only: turning lives into records afterwards is not
+        # load the client generated, and the gate reads CPU / wall as the client's saturation.
+        ctx.thread1, ctx.wait1 = time.thread_time(), run_queue_wait_s()
     finally:
         await ctx.watch.stop()
 

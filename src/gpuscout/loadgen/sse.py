@@ -72,6 +72,7 @@ class _Chunk(msgspec.Struct):
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+_decode_any = msgspec.json.Decoder().decode
 _decode_chunks = msgspec.json.Decoder(_Chunk).decode_lines  # whitespace-separated objects, in order
 
 
@@ -97,6 +98,11 @@ class LineSplitter:
     def __init__(self, cap: int = MAX_LINE_BYTES) -> None:
         self._partial = bytearray()
         self.cap = cap
+
+    @property
+    def idle(self) -> bool:
+        """No line is pending: the next read starts a line."""
+        return not self._partial
 
     def feed(self, data: bytes) -> list[bytes]:
         """The lines `data` completes (without their b"\\n"); raises OversizeLineError past the cap."""
@@ -157,6 +163,92 @@ class Read(NamedTuple):
     usage: object | None
     errors: list[str]
     malformed: int
+
+
+def parse_read(splitter: LineSplitter, data: bytes, *, chat: bool) -> Read:
+    """The events one read of a stream completes, its lines split by `splitter`; as `parse_lines` gives them.
+
+    A read of whole `data: {…}` events (and a last `data: [DONE]`), what servers write, is checked by counting
+    and made one payload buffer by one replace, without splitting it into lines (`_whole_events`)."""
+    if splitter.idle and len(data) <= splitter.cap:
+        whole = _whole_events(data)
+        if whole is not None:
+            blob, count = whole
+            if not count:
+                return Read([], None, [], 0)
+            try:
+                chunks = _decode_chunks(blob.decode())
+                if len(chunks) == count:
+                    return _read_chunks(chunks, chat)
+            except (ValueError, RecursionError):
+                pass
+    return parse_lines(splitter.feed(data), chat=chat)
+
+
+_DONE_EVENT = b"data: [DONE]\n\n"
+_BETWEEN = b"}\n\ndata: {"  # one event's end, the blank line, the next one's start
+
+
+def _whole_events(data: bytes) -> tuple[bytes, int] | None:
+    """The payloads of a read made only of `data: {…}\\n\\n` events (a last `data: [DONE]` left out),
+    newline-separated, and how many; else None.
+
+    The read starts with "data: {" and ends with "}\\n\\n"; if it holds 2E newlines and the replace shrinks
+    it by E − 1 separators "}\\n\\ndata: {" (non-overlapping, two newlines each), every newline is in one of
+    them or at the end: E lines `data: {…}`, each followed by a blank line, and nothing else. Two scans
+    (a count, a replace), where counting each part took four: 11 → 6 µs for a 32-token response."""
+    if data.endswith(_DONE_EVENT):
+        data = data[:-len(_DONE_EVENT)]
+        if not data:
+            return b"", 0
+    if not (data.startswith(b"data: {") and data.endswith(b"}\n\n")):
+        return None
+    newlines = data.count(b"\n")
+    body = data[6:-2]
+    blob = body.replace(_BETWEEN, b"}\n{")
+    events = newlines // 2
+    if newlines % 2 or len(body) - len(blob) != (len(_BETWEEN) - 3) * (events - 1):
+        return None
+    return blob, events
+
+
+def parse_lines(lines: list[bytes], *, chat: bool) -> Read:
+    """The events of one read's complete SSE lines (`LineSplitter.feed`), as `parse_line` gives them one by one.
+
+    What servers send, `data: {…}` lines and blank separators with one `data: [DONE]` at the end, is checked
+    and turned into one payload buffer by counting and replacing in C (`_canonical`); anything else goes
+    line by line through `parse_payloads`. The same events either way (tests/loadgen/test_fuzz_load.py)."""
+    canonical = _canonical(lines)
+    if canonical is not None:
+        blob, count = canonical
+        try:
+            chunks = _decode_chunks(blob.decode())
+            if len(chunks) == count:
+                return _read_chunks(chunks, chat)
+        except (ValueError, RecursionError):
+            pass
+    payloads = [p for line in lines if line.startswith(b"data:") and (p := line[5:].strip()) != b"[DONE]"]
+    return parse_payloads(payloads, chat=chat)
+
+
+def _canonical(lines: list[bytes]) -> tuple[bytes, int] | None:
+    """The payloads of `lines`, newline-separated, and how many, when every line is blank or `data: {…}`
+    (nothing after the "}") except a last `data: [DONE]`; else None.
+
+    Joined after a newline, "\ndata: {" can only stand at a line's start and "}\n" only at a line's end (no
+    line holds a newline), so counting them counts the lines that begin and end that way; each payload is
+    then exactly what `parse_line` strips out of its line, and `parse_payloads`'s argument (one object per
+    payload when the decode finds as many objects as payloads) holds for the buffer."""
+    kept = list(filter(None, lines))  # blank lines only separate events
+    if kept and kept[-1] == b"data: [DONE]":
+        kept.pop()
+    count = len(kept)
+    if count < 2:
+        return None
+    blob = b"\n" + b"\n".join(kept)
+    if blob.count(b"\ndata: {") != count or blob.count(b"}\n") != count - 1 or not blob.endswith(b"}"):
+        return None
+    return blob.replace(b"\ndata: ", b"\n"), count
 
 
 def parse_payloads(payloads: list[bytes], *, chat: bool) -> Read:
@@ -258,8 +350,15 @@ def _with_extras(chunk: _Chunk, text: str | None) -> SseEvent:
 
 
 def _value(raw: msgspec.Raw) -> Any:
-    """A raw field as json.loads reads it (None when absent)."""
-    return json.loads(bytes(raw)) if raw else None
+    """A raw field as json.loads reads it (None when absent): msgspec's untyped decode gives the same values
+    (integers of any size included) at a tenth of the cost; what it refuses (NaN, 1e400, a lone surrogate)
+    json.loads reads, or refuses with the error the caller expects."""
+    if not raw:
+        return None
+    try:
+        return _decode_any(raw)
+    except (ValueError, RecursionError):
+        return json.loads(bytes(raw))
 
 
 def _general(text: str, payload: bytes, chat: bool) -> SseEvent:
