@@ -121,7 +121,8 @@ def summarize_load(run: LoadRun, *, slo: Slo | None, percentile_needed: float = 
     valid, reasons = validity(run, case, max_lag_s=max_lag_s, max_error_rate=max_error_rate,
                               percentile=percentile_needed)
     verdict = ("valid",) if valid else tuple(f"invalid: {r}" for r in reasons)
-    return case.model_copy(update={"notes": case.notes + verdict})
+    held = held_up(run, {m.name: m for m in kept})
+    return case.model_copy(update={"notes": case.notes + ((held,) if held else ()) + verdict})
 
 
 def validity(run: LoadRun, case: Case, *, max_lag_s: float = MAX_LAG_S, max_error_rate: float = MAX_ERROR_RATE,
@@ -180,6 +181,21 @@ def saturation(run: LoadRun, values: dict[str, Metric]) -> list[str]:
                 f"run but ran for {used:.2f}, as other processes held the cores, and {late}, so that wait is inside "
                 "the latencies (run the client where it has a core to itself)"]
     return []
+
+
+def held_up(run: LoadRun, values: dict[str, Metric]) -> str | None:
+    """A note where the loop ran late although it was neither busy with its own work nor kept waiting for a
+    CPU (`saturation` said nothing): its time went to another thread of its process holding the interpreter,
+    the hypervisor, or a blocking call. Not a reason to refuse the run, since the cause is outside what the
+    client records, but the latencies may hold up to that much delay, so the reader is told."""
+    lag = values.get("client_loop_lag_s")
+    loop_p95 = lag.summary.p95 if lag is not None and lag.summary is not None else 0.0
+    if loop_p95 <= SATURATED_LOOP_LAG_S or saturation(run, values):
+        return None
+    return (f"the client's event loop ran {loop_p95 * 1e3:.1f} ms late (P95) while using "
+            f"{values['client_cpu_fraction'].value:.2f} of a core and neither busy through its late ticks nor "
+            "waiting for a CPU: something outside it held it (another thread of the process, the hypervisor), "
+            "so latencies may hold up to that much of the client's delay")
 
 
 def busy_when_late(run: LoadRun) -> float:

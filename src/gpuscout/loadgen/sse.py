@@ -1,12 +1,13 @@
 """Server-sent events of an OpenAI-compatible stream: split bytes into lines, read one `data:` line.
 
-Cheap on purpose (the client must not become the bottleneck, docs/measurement.md §5): bytes are
-split on newlines without decoding, and each `data:` payload is decoded once by msgspec into the few
-fields the client reads (text, usage, error), skipping the rest unbuilt: 0.8 µs an event against 3.2 µs
-for the standard library's scanner, which was half the client's CPU (benchmarks/load_overhead.py). A
-payload that does not fit those fields' types (any JSON shape may come) is read again by the general
-path, `json.loads`'s own scanner and `parse_object`, which decides; so the event is the same either way
-(tests/loadgen/test_fuzz_load.py checks it on generated JSON).
+Cheap on purpose (the client must not become the bottleneck, docs/measurement.md §5): a read of whole
+`data: {…}` events, what servers write, is recognised by counting and turned into one buffer of payloads
+by one replace (`parse_read`); other reads are split on newlines without decoding (`parse_lines`). The
+payloads are decoded by one msgspec call into the few fields the client reads (text, usage, error),
+skipping the rest unbuilt: 37 µs for a 32-token response where a standard-library parse of each event
+took 198 µs. A payload that does not fit those fields' types (any JSON shape may come) is read again by
+the general path, `json.loads`'s own scanner and `parse_object`, which decides; so the event is the same
+either way (tests/loadgen/test_fuzz_load.py checks it on generated JSON).
 
 Only choices with non-empty text count as content (vLLM counts any non-empty `choices`, LLMPerf
 only non-empty content; gpuscout follows LLMPerf so role-only and usage-only chunks never start or
