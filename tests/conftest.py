@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import signal
 import subprocess
 from typing import Any
 
@@ -11,6 +12,16 @@ import pytest
 from gpuscout.hardware.catalog import Gpu, find_gpu
 from gpuscout.workload.presets import load_llm_preset
 from gpuscout.workload.shape import ModelShape
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C handled as Python does for an interactive start. A suite started in the background by a
+    non-interactive shell inherits SIGINT ignored, and so would every subprocess a test starts: the
+    Ctrl-C tests then fail with exit code 0, for a reason that is not in the code. Setting the handler
+    here also means children start with the default disposition (exec resets handled signals, not
+    ignored ones)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
