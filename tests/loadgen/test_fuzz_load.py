@@ -11,7 +11,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -95,17 +95,22 @@ PAYLOAD = (st.builds(lambda o: json.dumps(o).encode(), st.dictionaries(KEYS, CHU
 def test_a_read_of_many_payloads_gives_what_each_gives_alone(payloads: list[bytes], chat: bool) -> None:
     """One decode over a read's payloads (sse.parse_payloads) against one parse each: the same events in the
     same order and the same malformed count, for real chunks and for pieces of objects built to merge."""
+    assert repr(parse_payloads(payloads, chat=chat)) == repr(one_by_one(payloads, parse_payload, chat))
+
+
+def one_by_one(items: list[bytes], parse: Callable[..., SseEvent], chat: bool) -> sse.Read:
+    """What a read's payloads or lines give parsed one at a time: the reference the batch parsers must match."""
     texts, usage, errors, bad = [], None, [], 0
-    for payload in payloads:
+    for item in items:
         try:
-            event = parse_payload(payload, chat=chat)
+            event = parse(item, chat=chat)
         except MalformedSseError:
             bad += 1
             continue
         texts += [event.text] if event.text else []
         usage = event.usage if event.usage is not None else usage
         errors += [event.error] if event.error else []
-    assert repr(parse_payloads(payloads, chat=chat)) == repr(sse.Read(texts, usage, errors, bad))
+    return sse.Read(texts, usage, errors, bad)
 
 
 LINE = (st.builds(lambda p: b"data: " + p, PAYLOAD)
@@ -119,17 +124,7 @@ LINE = (st.builds(lambda p: b"data: " + p, PAYLOAD)
 def test_a_read_of_many_lines_gives_what_each_line_gives_alone(lines: list[bytes], chat: bool) -> None:
     """sse.parse_lines (one count-and-replace over a read's lines when they look like what servers send)
     against parse_line on each: the same events in the same order and the same malformed count."""
-    texts, usage, errors, bad = [], None, [], 0
-    for line in lines:
-        try:
-            event = parse_line(line, chat=chat)
-        except MalformedSseError:
-            bad += 1
-            continue
-        texts += [event.text] if event.text else []
-        usage = event.usage if event.usage is not None else usage
-        errors += [event.error] if event.error else []
-    assert repr(parse_lines(lines, chat=chat)) == repr(sse.Read(texts, usage, errors, bad))
+    assert repr(parse_lines(lines, chat=chat)) == repr(one_by_one(lines, parse_line, chat))
 
 
 @FUZZ

@@ -174,15 +174,9 @@ def parse_read(splitter: LineSplitter, data: bytes, *, chat: bool) -> Read:
     if splitter.idle and len(data) <= splitter.cap:
         whole = _whole_events(data)
         if whole is not None:
-            blob, count = whole
-            if not count:
-                return Read([], None, [], 0)
-            try:
-                chunks = _decode_chunks(blob.decode())
-                if len(chunks) == count:
-                    return _read_chunks(chunks, chat)
-            except (ValueError, RecursionError):
-                pass
+            read = _decoded(*whole, chat) if whole[1] else Read([], None, [], 0)
+            if read is not None:
+                return read
     return parse_lines(splitter.feed(data), chat=chat)
 
 
@@ -220,14 +214,9 @@ def parse_lines(lines: list[bytes], *, chat: bool) -> Read:
     and turned into one payload buffer by counting and replacing in C (`_canonical`); anything else goes
     line by line through `parse_payloads`. The same events either way (tests/loadgen/test_fuzz_load.py)."""
     canonical = _canonical(lines)
-    if canonical is not None:
-        blob, count = canonical
-        try:
-            chunks = _decode_chunks(blob.decode())
-            if len(chunks) == count:
-                return _read_chunks(chunks, chat)
-        except (ValueError, RecursionError):
-            pass
+    read = _decoded(*canonical, chat) if canonical is not None else None
+    if read is not None:
+        return read
     payloads = [p for line in lines if line.startswith(b"data:") and (p := line[5:].strip()) != b"[DONE]"]
     return parse_payloads(payloads, chat=chat)
 
@@ -263,13 +252,21 @@ def parse_payloads(payloads: list[bytes], *, chat: bool) -> Read:
     else is read payload by payload, where each malformed one is counted.
     """
     if len(payloads) > 1 and all(p.startswith(b"{") and p.endswith(b"}") for p in payloads):
-        try:
-            chunks = _decode_chunks(b"\n".join(payloads).decode())
-            if len(chunks) == len(payloads):
-                return _read_chunks(chunks, chat)
-        except (ValueError, RecursionError):
-            pass
+        read = _decoded(b"\n".join(payloads), len(payloads), chat)
+        if read is not None:
+            return read
     return _read_each(payloads, chat)
+
+
+def _decoded(blob: bytes, count: int, chat: bool) -> Read | None:
+    """The events of `count` newline-separated payloads decoded by one msgspec call; None when the buffer is
+    not UTF-8, does not fit the chunk's types, or holds another number of objects (the caller goes payload by
+    payload, where each malformed one is counted)."""
+    try:
+        chunks = _decode_chunks(blob.decode())
+    except (ValueError, RecursionError):
+        return None
+    return _read_chunks(chunks, chat) if len(chunks) == count else None
 
 
 def _read_chunks(chunks: list[_Chunk], chat: bool) -> Read:
