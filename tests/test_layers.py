@@ -35,6 +35,8 @@ ALLOWED: dict[str, set[str]] = {
     "__main__": {"cli"},
     "cli": {"api", "report", "estimator", "measure", "trace", "loadgen", "results", "cost", "documents", "workload",
             "hardware"},
+    # examples: specs, the price sheet, and standalone scripts a user runs beside gpuscout (an image server)
+    "examples": set(),
 }
 # Leaves import nothing of gpuscout but other leaves.
 LEAVES = {"errors", "units", "userfile", "outfile", "stats", "host", "interrupts"}
