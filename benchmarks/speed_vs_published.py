@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuscout.estimator.inference import weight_terms
-from gpuscout.estimator.speed import default_efficiency, estimate_speed
+from gpuscout.estimator.speed.estimate import default_efficiency, estimate_speed
 from gpuscout.hardware.catalog import find_gpu, peak_flops_per_s
 from gpuscout.workload.hf_config import shape_from_hf_config
 from gpuscout.workload.job import FinetuneJob, InferenceJob

@@ -44,7 +44,7 @@ PACKAGES = ("torch", "transformers", "peft", "accelerate", "diffusers", "safeten
             "rich", "bitsandbytes", "pynvml")
 GPUSCOUT_NEEDS = ("pydantic", "typer", "rich")  # gpuscout itself (its CLI runs every bench)
 GIB = 2**30
-# Estimate phases that correspond to a measured per-phase metric (estimator/speed_image.py names).
+# Estimate phases that correspond to a measured per-phase metric (estimator/speed/image.py names).
 PHASE_OF_METRIC = {"denoiser_step_s": "denoiser step", "vae_decode_s": "VAE decode", "text_encode_s": "text encoders"}
 TINY_LLAMA = {  # a 2-layer Llama for CPU runs: seconds, not a real model
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
@@ -256,7 +256,7 @@ def estimates(check: Check, gpu: Any, concurrency: int | None = None) -> tuple[f
     """gpuscout's peak memory (bytes) and speed estimate for the check's job on `gpu` (at
     `concurrency` instead of the spec's, for one measured level of an inference job)."""
     from gpuscout.estimator.memory import estimate_memory
-    from gpuscout.estimator.speed import estimate_speed
+    from gpuscout.estimator.speed.estimate import estimate_speed
     from gpuscout.workload.job import parse_job
     from gpuscout.workload.resolve import resolve_image, resolve_llm
 

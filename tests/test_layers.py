@@ -21,6 +21,8 @@ ALLOWED: dict[str, set[str]] = {
     "torchmodel": {"workload", "hardware"},
     "measure": {"torchmodel", "workload", "hardware"},
     "trace": {"torchmodel", "workload", "hardware"},
+    # doctor checks a rented box with the bench's probes and telemetry, against the offer's hardware.
+    "doctor": {"measure", "torchmodel", "workload", "hardware"},
     "loadgen": {"workload"},
     # results compares measurements and sets the estimate beside them: estimates are facts too.
     "results": {"estimator", "workload", "hardware"},
@@ -28,12 +30,12 @@ ALLOWED: dict[str, set[str]] = {
     "cost": {"results", "estimator", "hardware", "workload"},
     # documents reads gpuscout's own outputs back (estimate, pick, compare, results) into the models that wrote them.
     "documents": {"results", "cost", "estimator", "workload", "hardware"},
-    "report": {"estimator", "measure", "trace", "loadgen", "results", "cost", "documents", "workload", "hardware"},
-    "api": {"estimator", "torchmodel", "measure", "trace", "loadgen", "results", "cost", "documents", "workload",
+    "report": {"estimator", "measure", "doctor", "trace", "loadgen", "results", "cost", "documents", "workload", "hardware"},
+    "api": {"estimator", "torchmodel", "measure", "doctor", "trace", "loadgen", "results", "cost", "documents", "workload",
             "hardware"},
     "__init__": {"api", "loadgen", "measure", "workload", "cost"},
     "__main__": {"cli"},
-    "cli": {"api", "report", "estimator", "measure", "trace", "loadgen", "results", "cost", "documents", "workload",
+    "cli": {"api", "report", "estimator", "measure", "doctor", "trace", "loadgen", "results", "cost", "documents", "workload",
             "hardware"},
     # examples: specs, the price sheet, and standalone scripts a user runs beside gpuscout (an image server)
     "examples": set(),
@@ -82,8 +84,8 @@ def test_the_source_tree_follows_the_layer_rule() -> None:
 
 
 @pytest.mark.parametrize(("module", "code"), [
-    ("estimator/speed.py", "from gpuscout.measure.bench import run_bench\n"),
-    ("estimator/speed.py", "import gpuscout.loadgen.client\n"),
+    ("estimator/speed/estimate.py", "from gpuscout.measure.bench import run_bench\n"),
+    ("estimator/speed/estimate.py", "import gpuscout.loadgen.client\n"),
     ("workload/job.py", "from gpuscout import cost\n"),
     ("report/numbers.py", "from gpuscout.cli.app import main\n"),
     ("api.py", "from gpuscout.report.estimate import screening_table\n"),
@@ -99,7 +101,7 @@ def test_a_planted_forbidden_import_is_reported(tmp_path: Path, module: str, cod
 
 
 def test_allowed_imports_are_not_reported(tmp_path: Path) -> None:
-    for module, code in (("estimator/speed.py", "from gpuscout.workload.job import FinetuneJob\n"),
+    for module, code in (("estimator/speed/estimate.py", "from gpuscout.workload.job import FinetuneJob\n"),
                          ("measure/bench.py", "from gpuscout.results.schema import Case\n"),
                          ("cli/app.py", "from gpuscout.report.numbers import gib\n"),
                          ("units.py", "from gpuscout.errors import SpecError\n")):

@@ -33,7 +33,7 @@ def calibration_module() -> Any | None:
     """gpuscout's calibration module, if it has what a leave-one-out fit needs."""
     try:
         module = importlib.import_module("gpuscout.estimator.calibration")
-        from gpuscout.estimator.speed import estimate_speed
+        from gpuscout.estimator.speed.estimate import estimate_speed
     except ImportError:
         return None
     if not all(hasattr(module, name) for name in ("fit_calibration", "Observation")):
@@ -56,7 +56,7 @@ def phase_of(quantity: str, job: Any, model: Any, module: Any) -> str | None:
 
 def speed_value(quantity: str, job: Any, model: Any, gpu: Any, calibration: Any = None) -> float:
     """The point's metric from estimate_speed, with `calibration` in force when given."""
-    from gpuscout.estimator.speed import estimate_speed
+    from gpuscout.estimator.speed.estimate import estimate_speed
 
     estimate = estimate_speed(job, model, gpu, calibration=calibration)
     if job.kind == "image" and quantity == "s_per_it":

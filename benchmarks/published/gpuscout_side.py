@@ -242,7 +242,7 @@ SPEED_METRICS = {
 
 
 def _speed(quantity: str, job: Any, model: Any, gpu: Any) -> tuple[float, str]:
-    from gpuscout.estimator.speed import estimate_speed
+    from gpuscout.estimator.speed.estimate import estimate_speed
 
     estimate = estimate_speed(job, model, gpu)
     if job.kind == "image" and quantity == "s_per_it":

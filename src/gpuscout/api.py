@@ -774,7 +774,7 @@ class DoctorReport:
     @property
     def exit_code(self) -> int:
         """0 keep, 3 return, 4 inconclusive; 128 + the signal when stopped (docs/doctor.md §4.6)."""
-        from gpuscout.measure.doctor_verdict import EXIT_CODES
+        from gpuscout.doctor.verdict import EXIT_CODES
 
         if self.stopped_by is not None:
             return 128 + self.stopped_by
@@ -792,7 +792,7 @@ def doctor(*, offers: str | Path | None = None, offer: str | None = None, gpu: s
     With `output` the result is written after every step, so Ctrl-C, SIGTERM or SIGHUP keep what finished.
     """
     from gpuscout.interrupts import stop_on_signals
-    from gpuscout.measure.doctor import DoctorOptions, run_doctor
+    from gpuscout.doctor.run import DoctorOptions, run_doctor
     from gpuscout.results.store import save_result
 
     path = _checked_output(output, "doctor result")
@@ -815,7 +815,7 @@ def doctor(*, offers: str | Path | None = None, offer: str | None = None, gpu: s
 
 def _doctor_expected(offers: str | Path | None, offer: str | None, gpu: str | None) -> Any:
     from gpuscout.errors import SpecError
-    from gpuscout.measure.doctor_identity import Expected, expected_from_gpu, expected_from_offer
+    from gpuscout.doctor.identity import Expected, expected_from_gpu, expected_from_offer
 
     if gpu is not None and offer is not None:
         raise SpecError("--gpu and --offer were both given.", "The box is held against one of them.",
@@ -848,7 +848,7 @@ def doctor_of_this_machine(path: str | Path) -> Any:
     """The verdict of a doctor result written on this machine, to attach to a bench result; another
     machine's, or a result of another kind, is refused (docs/doctor.md §5)."""
     from gpuscout.errors import SpecError
-    from gpuscout.measure.doctor_inventory import current_identity, different_machine
+    from gpuscout.doctor.inventory import current_identity, different_machine
     from gpuscout.results.store import load_result
 
     result = load_result(Path(path))

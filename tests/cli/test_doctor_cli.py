@@ -18,7 +18,7 @@ import pytest
 
 from gpuscout import api
 from gpuscout.errors import SpecError
-from gpuscout.measure.doctor_verdict import EXIT_CODES
+from gpuscout.doctor.verdict import EXIT_CODES
 from gpuscout.measure.harness import BenchSettings
 from gpuscout.results.schema import BenchResult
 from gpuscout.results.store import load_result

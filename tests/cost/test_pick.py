@@ -12,7 +12,7 @@ import pytest
 from gpuscout.cost.pick import PickRow, exclusion, lay_out, mark_pareto, pick, place, slo_met
 from gpuscout.estimator.fit import planned_job
 from gpuscout.estimator.memory import estimate_memory
-from gpuscout.estimator.speed import estimate_speed
+from gpuscout.estimator.speed.estimate import estimate_speed
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.currency import ExchangeRate
 from gpuscout.hardware.offers import Offer

@@ -30,7 +30,7 @@ from gpuscout.estimator.calibration import (
     save_calibration,
 )
 from gpuscout.estimator.efficiency import EFFICIENCY_KINDS, calibrated, default_efficiency
-from gpuscout.estimator.speed import estimate_speed
+from gpuscout.estimator.speed.estimate import estimate_speed
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.measure.bench import run_bench
 from gpuscout.measure.harness import BenchSettings

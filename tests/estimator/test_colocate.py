@@ -22,7 +22,7 @@ from gpuscout.estimator.colocate import colocation
 from gpuscout.estimator.fit import largest_fitting
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.overhead import VLLM_PROFILE_FLOOR_BYTES
-from gpuscout.estimator.speed import estimate_speed
+from gpuscout.estimator.speed.estimate import estimate_speed
 from gpuscout.hardware.catalog import find_gpu, usable_memory_bytes
 from gpuscout.hardware.offers import Offer
 from gpuscout.units import GIB, MIB

@@ -16,8 +16,8 @@ from gpuscout.estimator.efficiency import EFFICIENCY_KINDS, default_efficiency
 from gpuscout.estimator.fit import candidates, limits, suggest_changes
 from gpuscout.estimator.image import estimate_image_memory
 from gpuscout.estimator.memory import estimate_memory
-from gpuscout.estimator.speed import estimate_speed
-from gpuscout.estimator.speed_video import dit_forward_flops
+from gpuscout.estimator.speed.estimate import estimate_speed
+from gpuscout.estimator.speed.estimate.video import dit_forward_flops
 from gpuscout.estimator.video import (
     conv_workspace_term,
     denoiser_batch,

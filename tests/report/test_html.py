@@ -13,7 +13,7 @@ import pytest
 from gpuscout.documents.kinds import ChecksDoc, EstimateDoc, PickDoc, RunDoc
 from gpuscout.documents.read import read_documents, to_document
 from gpuscout.errors import MissingDependencyError, SpecError
-from gpuscout.report.html import render_report
+from gpuscout.report.html.page import render_report
 from gpuscout.results.beside import BesideRow, EstimateBeside
 
 from .html_samples import HOSTILE, SLO, write_all, write_hostile

@@ -37,7 +37,7 @@ def report(
     from gpuscout import api
     from gpuscout.host import package_version
     from gpuscout.outfile import check_output_path, write_atomic
-    from gpuscout.report.html import render_report
+    from gpuscout.report.html.page import render_report
 
     path = check_output_path(output, "report")
     inputs = api.report_inputs(sources, store=store)

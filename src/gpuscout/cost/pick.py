@@ -34,7 +34,7 @@ from gpuscout.estimator.fit import (
 )
 from gpuscout.estimator.host import HostNeeds
 from gpuscout.estimator.memory import Job, Model, estimate_memory
-from gpuscout.estimator.speed import SpeedEstimate, estimate_speed
+from gpuscout.estimator.speed.estimate import SpeedEstimate, estimate_speed
 from gpuscout.hardware.catalog import Gpu, find_gpu
 from gpuscout.hardware.currency import (
     USD,

@@ -19,7 +19,7 @@ from gpuscout.estimator.fit import (
 )
 from gpuscout.estimator.host import HostNeeds, estimate_host
 from gpuscout.estimator.memory import Job, Model, estimate_memory
-from gpuscout.estimator.speed import SpeedEstimate, estimate_speed
+from gpuscout.estimator.speed.estimate import SpeedEstimate, estimate_speed
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.job import InferenceJob
 from gpuscout.workload.shape import ModelShape

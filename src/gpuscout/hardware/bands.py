@@ -3,7 +3,7 @@
 The numbers are data (`expected_bands.toml`, a source per band), like the GPU catalog: a band is
 built from the published measurements it lists (low = their minimum less the spread seen across one
 node, high = their maximum), so every figure traces to a citation. This module loads, validates and
-looks bands up; judging a measurement against one lives in `measure.doctor_verdict`.
+looks bands up; judging a measurement against one lives in `doctor.verdict`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from rich.text import Text
 from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.efficiency import Efficiency
 from gpuscout.estimator.screen import GpuVerdict
-from gpuscout.estimator.speed import SpeedEstimate
+from gpuscout.estimator.speed.estimate import SpeedEstimate
 from gpuscout.report.colocate import colocation_detail
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, prose_column

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, computed_field
 
 from gpuscout.errors import GpuscoutError
 from gpuscout.estimator.memory import Job, Model, estimate_memory
-from gpuscout.estimator.speed import estimate_speed
+from gpuscout.estimator.speed.estimate import estimate_speed
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.results.schema import BenchResult, Case
 

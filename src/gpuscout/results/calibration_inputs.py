@@ -94,7 +94,7 @@ def _job_and_model(result: BenchResult, path: Path, base_dirs: Sequence[Path]) -
 def _case_observations(result: BenchResult, case: Case, job: Any, model: Any, gpu: Gpu,
                        digest: str) -> tuple[list[Observation], list[str]]:
     """The case's measured phases beside the default estimate of the job at the case's size."""
-    from gpuscout.estimator.speed import estimate_speed
+    from gpuscout.estimator.speed.estimate import estimate_speed
 
     sized = _at_case_size(job, case)
     try:

@@ -1,0 +1,307 @@
+"""Time of a fine-tuning job: full, LoRA or QLoRA, data- and tensor-parallel.
+
+FLOPs per micro-batch come from `workload.flops.training_flops` (the rules are written there;
+the bench uses the same function for achieved TFLOP/s and MFU).
+
+The optimizer step is memory-bound over parameter, gradient and state bytes. QLoRA adds a
+memory-bound NF4 dequantization before every use of a frozen weight. Data parallelism adds a
+gradient all-reduce (ZeRO-3/FSDP: parameter all-gathers and gradient reduce-scatters instead);
+tensor parallelism adds activation all-reduces inside every layer (Megatron: 2 forward, 2 backward).
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpuscout.errors import SpecError
+from gpuscout.estimator.activations import layer_activation_bytes_per_token
+from gpuscout.estimator.efficiency import Efficiency, default_efficiency
+from gpuscout.estimator.params import quantized_linear_params
+from gpuscout.estimator.speed.estimate.roofline import (
+    Bound,
+    PhaseTime,
+    Rates,
+    SpeedEstimate,
+    banded,
+    dominant,
+    gib,
+    link_bytes_per_s,
+    phase,
+    ring_all_reduce_bytes,
+    ring_gather_bytes,
+    tflop,
+)
+from gpuscout.estimator.training import (
+    PAGED_OPTIMIZERS,
+    PARAM_BYTES,
+    Layout,
+    estimate_finetune_memory,
+    optimizer_state_bytes,
+    optimizer_term,
+    trainable_param_bytes,
+    trainable_params,
+)
+from gpuscout.hardware.catalog import Gpu, peak_flops_per_s
+from gpuscout.workload.flops import TrainFlops, data_tokens_per_row, micro_batches_per_rank, row_tokens, training_flops
+from gpuscout.workload.job import FinetuneJob
+from gpuscout.workload.shape import ModelShape
+
+# Dtype the matmuls run in. Plain fp32 uses the CUDA-core rate: PyTorch leaves TF32 matmuls off by
+# default (torch.backends.cuda.matmul.allow_tf32 = False since 1.12).
+COMPUTE_DTYPE = {"bf16_mixed": "bf16", "bf16": "bf16", "fp16_mixed": "fp16", "fp32": "fp32"}
+# NF4 dequantization traffic per frozen linear weight per use: read 0.5 B of NF4, write and re-read
+# a 2 B bf16 copy for the matmul = 4.5 B. ASSUMPTION (bitsandbytes dequantizes to a 16-bit buffer
+# before the GEMM); gpu_poor's measured bnb slowdowns of 1.75–4.5× (docs/estimator.md §3) say the
+# real overhead can be larger.
+NF4_DEQUANT_BYTES = 0.5 + 2 + 2
+# Megatron tensor parallelism: 2 all-reduces of the b·s·h activations in the forward of every
+# layer (after attention and after the MLP) and 2 in the backward (Shoeybi et al. 2019, §3).
+TP_ALL_REDUCES_PER_LAYER = 4
+# torch.compile: torchtitan's Llama 3.1 8B on 8 H100s, FSDP, selective AC, local batch 2 (its performance page,
+# Table 1) ran 5,762 tokens/s/GPU eager and 6,667 compiled: × 1.157 on the compute rate. Applied to the
+# default compute efficiency only: a bench of the compiled job measures it directly (docs/estimator.md §2.14).
+COMPILE_COMPUTE_GAIN = 6667 / 5762
+
+
+def estimate_finetune_speed(
+    job: FinetuneJob, shape: ModelShape, gpu: Gpu, *, gpus: int | None, efficiency: Efficiency | None
+) -> SpeedEstimate:
+    n = gpus or job.gpus
+    if n % job.tensor_parallel:
+        raise SpecError(
+            f"{n} GPUs cannot be split into tensor-parallel groups of {job.tensor_parallel}.",
+            "Data-parallel ranks = GPUs / tensor_parallel must be a whole number.",
+            "Choose a GPU count that is a multiple of tensor_parallel.",
+        )
+    tp, dp = job.tensor_parallel, n // job.tensor_parallel
+    eff = efficiency or compiled(job, default_efficiency(gpu, "training"))
+    dtype = COMPUTE_DTYPE[job.precision]
+    rates = Rates(flops_per_s=peak_flops_per_s(gpu, dtype), memory_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
+                  link_bytes_per_s=link_bytes_per_s(gpu, n))
+    flops = training_flops(job, shape)
+    phases = [(training_step_phase(job, shape, flops, tp, rates, eff), 1.0)]
+    if job.method == "qlora":
+        phases.append((dequant_phase(job, shape, tp, rates, eff), 1.0))
+    host = rates.model_copy(update={"link_bytes_per_s": gpu.pcie_bytes_per_s or rates.link_bytes_per_s})
+    offloaded = job.optimizer_offload or job.offload_params
+    phases.append((optimizer_phase(job, shape, tp, dp, host if offloaded else rates, eff), 1.0))
+    phases += [(p, 1.0) for p in communication_phases(job, shape, tp, dp, rates, eff)]
+    phases += [(p, 1.0) for p in offload_phases(job, shape, gpu, n, host, eff)]
+    return _summarise(job, gpu, n, dp, flops, [p for p, _ in phases], eff, rates, dominant(phases))
+
+
+def training_step_phase(
+    job: FinetuneJob, shape: ModelShape, flops: TrainFlops, tp: int, rates: Rates, eff: Efficiency
+) -> PhaseTime:
+    """Forward + backward (+ recompute) over grad_accum micro-batches on one GPU."""
+    passes = 3 + (1 if _full_recompute(job) else 0)  # weight reads: forward, backward, recompute
+    weight_b = 2 if job.precision != "fp32" else 4
+    act_b = 4 if job.precision == "fp32" else 2
+    row = row_tokens(job)
+    tokens = job.micro_batch * row
+    per_token = layer_activation_bytes_per_token(shape, act_b, row, job.attention == "eager", tp)
+    activations = 2.0 * per_token * tokens * shape.num_layers  # written in the forward, read in the backward
+    weights = passes * shape.params_total * weight_b / tp
+    accum = job.grad_accum
+    return phase(
+        "training step", flops=flops.total * accum / tp, bytes_moved=(weights + activations) * accum, rates=rates,
+        efficiency=eff,
+        formula=(
+            f"{accum} micro-batch(es) × ({_flops_formula(job, flops)}) / TP {tp} = {tflop(flops.total * accum / tp)}; "
+            f"bytes = {accum} × ({passes} weight reads × {gib(shape.params_total * weight_b / tp)} "
+            f"+ 2 × saved activations {gib(activations / 2)}); once per optimizer step"
+        ),
+    )
+
+
+def _flops_formula(job: FinetuneJob, flops: TrainFlops) -> str:
+    parts = (f"linears {tflop(flops.linear_fwd)}, attention {tflop(flops.attention_fwd)}, "
+             f"LM head {tflop(flops.head_fwd)}")
+    if job.method == "full":
+        rule = "3 × forward (6·P·T; Kaplan 2020, Narayanan 2021)"
+    else:
+        rule = (f"2 × linears + 3 × attention + 2 × head + 3 × adapters {tflop(flops.adapter_fwd)} "
+                "(≈ 4·P·T, docs/estimator.md §3.2 derivation)")
+    recompute = " + 1 forward of the layers (gradient checkpointing)" if _full_recompute(job) else ""
+    return f"forward: {parts}; {rule}{recompute}"
+
+
+def _full_recompute(job: FinetuneJob) -> bool:
+    """Full checkpointing re-runs each layer's forward; selective saves the matmuls and recomputes only
+    pointwise ops (no FLOPs that count, and no second read of the weights)."""
+    return job.gradient_checkpointing and job.checkpoint_policy == "full"
+
+
+def compiled(job: FinetuneJob, eff: Efficiency) -> Efficiency:
+    """The default efficiency, raised by `COMPILE_COMPUTE_GAIN` for a torch.compile'd job (capped at 1)."""
+    if not job.compile:
+        return eff
+    return eff.model_copy(update={"compute": min(eff.compute * COMPILE_COMPUTE_GAIN, 1.0)})
+
+
+def offload_phases(
+    job: FinetuneJob, shape: ModelShape, gpu: Gpu, n: int, host: Rates, eff: Efficiency
+) -> list[PhaseTime]:
+    """PCIe traffic of the offloads (docs/estimator.md §2.14), overlapped like gradient communication:
+    torchtune's activation offloading and FSDP's prefetch run the copies on a side stream."""
+    out: list[PhaseTime] = []
+    tp = job.tensor_parallel
+    accum = job.grad_accum
+    if job.activation_offload:
+        act_b = 4 if job.precision == "fp32" else 2
+        row = row_tokens(job)
+        per_token = layer_activation_bytes_per_token(shape, act_b, row, job.attention == "eager", tp)
+        saved = per_token * job.micro_batch * row * max(shape.num_layers - 1, 0)
+        if job.gradient_checkpointing:
+            saved = job.micro_batch * row * shape.hidden_size * 4 * max(shape.num_layers - 1, 0)
+        out.append(phase(
+            "activation offload transfer", flops=0.0, bytes_moved=0.0, comm_bytes=2 * saved * accum, rates=host,
+            efficiency=eff, hidden=eff.overlap,
+            formula=(f"{accum} × 2 (to host in the forward, back in the backward) × {gib(saved)} offloaded "
+                     f"activations over PCIe; {eff.overlap:.0%} overlapped (side stream)")))
+    if job.offload_params:
+        wb = 4 if job.precision == "fp32" else 2
+        params = shape.params_total * wb / tp
+        grads = trainable_params(job, shape) * trainable_param_bytes(job) / tp
+        volume = accum * (2 * params + grads)
+        out.append(phase(
+            "parameter offload transfer", flops=0.0, bytes_moved=0.0, comm_bytes=volume, rates=host,
+            efficiency=eff, hidden=eff.overlap,
+            formula=(f"{accum} × (2 × {gib(params)} parameters to the GPU [forward + backward] + {gib(grads)} "
+                     f"gradients to the host) over PCIe; {eff.overlap:.0%} overlapped (FSDP prefetch)")))
+    if job.optimizer in PAGED_OPTIMIZERS and _paged_states_spill(job, shape, gpu, n):
+        layout = Layout(gpus=n, tp=tp, sharding=job.sharding)
+        states = optimizer_term(job, shape, layout).bytes
+        out.append(phase(
+            "paged optimizer states in and out", flops=0.0, bytes_moved=0.0, comm_bytes=2 * states, rates=host,
+            efficiency=eff,
+            formula=(f"2 × {gib(states)} optimizer states over PCIe per step: they do not fit beside the "
+                     "backward's activations, so unified memory evicts them and pages them back for the step")))
+    return out
+
+
+def _paged_states_spill(job: FinetuneJob, shape: ModelShape, gpu: Gpu, n: int) -> bool:
+    """Paged states fit beside the backward's peak, or they leave the GPU and come back every step."""
+    memory = estimate_finetune_memory(job, shape, gpu, gpus=n)
+    layout = Layout(gpus=n, tp=job.tensor_parallel, sharding=job.sharding)
+    return memory.peak_bytes + optimizer_term(job, shape, layout).bytes > memory.usable_bytes
+
+
+def dequant_phase(job: FinetuneJob, shape: ModelShape, tp: int, rates: Rates, eff: Efficiency) -> PhaseTime:
+    uses = (3 if _full_recompute(job) else 2) * job.grad_accum  # forward, backward, recompute
+    lin = quantized_linear_params(shape, job.unquantized_modules)
+    moved = lin * NF4_DEQUANT_BYTES * uses / tp
+    return phase(
+        "NF4 dequantization", flops=0.0, bytes_moved=moved, rates=rates, efficiency=eff,
+        formula=(f"{lin:,} frozen linear params × {NF4_DEQUANT_BYTES} B (read NF4, write + read bf16; ASSUMPTION) "
+                 f"× {uses} uses / TP {tp}; once per optimizer step"),
+    )
+
+
+def optimizer_phase(
+    job: FinetuneJob, shape: ModelShape, tp: int, dp: int, rates: Rates, eff: Efficiency
+) -> PhaseTime:
+    """Memory-bound update: read and write parameters and states, read gradients."""
+    n = trainable_params(job, shape)
+    shard = dp if job.sharding != "none" else 1  # ZeRO ≥ 1 / FSDP: each rank updates its shard
+    pb = trainable_param_bytes(job)
+    states, state_formula = optimizer_state_bytes(job, shape, n)
+    moved = (n * (2 * pb + pb) + 2 * states) / (tp * shard)
+    if job.optimizer_offload or job.offload_params:
+        return phase(
+            "optimizer offload transfer", flops=0.0, bytes_moved=0.0, comm_bytes=n * (pb + 2) / (tp * shard),
+            rates=rates, efficiency=eff,
+            formula=f"{n:,} × ({pb} B gradients to CPU + 2 B parameters back) over PCIe; "
+                    "CPU Adam time not modelled",
+        )
+    return phase(
+        "optimizer step", flops=0.0, bytes_moved=moved, rates=rates, efficiency=eff,
+        formula=(f"{n:,} trainable × (read+write {pb} B params + read {pb} B grads) + read+write states "
+                 f"[{state_formula}], / (TP {tp} × shard {shard}); memory-bound, once per step"),
+    )
+
+
+def communication_phases(
+    job: FinetuneJob, shape: ModelShape, tp: int, dp: int, rates: Rates, eff: Efficiency
+) -> list[PhaseTime]:
+    out: list[PhaseTime] = []
+    if tp > 1:
+        out.append(_tensor_parallel_phase(job, shape, tp, rates, eff))
+    if dp <= 1:
+        return out
+    n = trainable_params(job, shape)
+    gb = PARAM_BYTES[job.precision] if job.method == "full" else (2 if job.precision == "bf16" else 4)
+    grads = n * gb / tp
+    if job.sharding in ("zero3", "fsdp"):
+        wb = 4 if job.precision == "fp32" else 2
+        params = shape.params_total * wb / tp
+        volume = job.grad_accum * (2 * ring_gather_bytes(params, dp) + ring_gather_bytes(grads, dp))
+        out.append(phase(
+            "parameter all-gather + gradient reduce-scatter", flops=0.0, bytes_moved=0.0, comm_bytes=volume,
+            rates=rates, efficiency=eff, hidden=eff.overlap,
+            formula=(f"{job.grad_accum} micro-batch(es) × (2 × (n−1)/n × {gib(params)} params [forward + backward "
+                     f"gathers] + (n−1)/n × {gib(grads)} grads), n = {dp}; {eff.overlap:.0%} overlapped"),
+        ))
+        return out
+    out.append(phase(
+        "gradient all-reduce", flops=0.0, bytes_moved=0.0, comm_bytes=ring_all_reduce_bytes(grads, dp), rates=rates,
+        efficiency=eff, hidden=eff.overlap,
+        formula=(f"2(n−1)/n × {n:,} trainable × {gb} B / TP {tp} = {gib(ring_all_reduce_bytes(grads, dp))}, "
+                 f"n = {dp} ranks, {eff.overlap:.0%} hidden behind the backward; once per optimizer step"),
+    ))
+    return out
+
+
+def _tensor_parallel_phase(job: FinetuneJob, shape: ModelShape, tp: int, rates: Rates, eff: Efficiency) -> PhaseTime:
+    act_b = 4 if job.precision == "fp32" else 2
+    count = TP_ALL_REDUCES_PER_LAYER + (2 if job.gradient_checkpointing else 0)
+    payload = job.micro_batch * job.seq_len * shape.hidden_size * act_b
+    volume = job.grad_accum * shape.num_layers * count * ring_all_reduce_bytes(payload, tp)
+    return phase(
+        "tensor-parallel all-reduce", flops=0.0, bytes_moved=0.0, comm_bytes=volume, rates=rates, efficiency=eff,
+        formula=(f"{job.grad_accum} × {shape.num_layers} layers × {count} all-reduces × 2(t−1)/t × b·s·h·{act_b} B "
+                 f"({gib(payload)}), t = {tp}; on the critical path (Megatron §3)"),
+    )
+
+
+def _summarise(
+    job: FinetuneJob, gpu: Gpu, n: int, dp: int, flops: TrainFlops, phases: list[PhaseTime], eff: Efficiency,
+    rates: Rates, bound: Bound,
+) -> SpeedEstimate:
+    step_s = sum(p.seconds for p in phases)
+    # Dataset tokens per step: padding is computed (row_tokens) but carries no data.
+    tokens_per_step = job.micro_batch * data_tokens_per_row(job) * job.grad_accum * dp
+    tokens = job.dataset_tokens * job.epochs
+    steps = math.ceil(micro_batches_per_rank(job, dp) / job.grad_accum)
+    job_s, low, high = banded(steps * step_s, eff)
+    per_gpu_flops = flops.total * job.grad_accum * dp / n
+    notes = [
+        "MFU = FLOPs the method needs (no recompute) / (step time × dense peak × GPUs); "
+        "achieved_tflops counts recompute too (hardware FLOPs per GPU).",
+        f"link: {rates.link_bytes_per_s / 1e9:,.0f} GB/s catalog figure" if n > 1 else "single GPU: no communication",
+    ]
+    if job.compile:
+        notes.append(f"torch.compile: the default compute efficiency × {COMPILE_COMPUTE_GAIN:.3f} (torchtitan; "
+                     "docs/estimator.md §2.14); a measured efficiency replaces it.")
+    if row_tokens(job) > data_tokens_per_row(job):
+        notes.append(f"padding: each row computes {row_tokens(job):,} tokens for {data_tokens_per_row(job):,.0f} of "
+                     "data (sample_tokens); packing = true fills every row.")
+    if _full_recompute(job):
+        notes.append("checkpointing: +1 forward (+33% of 6P in theory); gpu_poor uses ×1.65 time (transformers#25572).")
+    if job.method == "qlora":
+        notes.append("QLoRA dequantization is an ASSUMED memory-bound cost; bnb slowdowns of 1.75–4.5× are reported "
+                     "(gpu_poor, docs/estimator.md §3).")
+    return SpeedEstimate(
+        job_kind="finetune", gpu_sku=gpu.sku, gpus=n, job_s=job_s, job_low_s=low, job_high_s=high,
+        bound=bound,
+        metrics={
+            "step_s": step_s,
+            "tokens_per_s": tokens_per_step / step_s,
+            "samples_per_s": job.micro_batch * job.grad_accum * dp / step_s,
+            "mfu": flops.useful * job.grad_accum * dp / (step_s * rates.flops_per_s * n),
+            "achieved_tflops": per_gpu_flops / step_s / 1e12,
+        },
+        units={"tokens": tokens, "epochs": job.epochs, "steps": float(steps)},
+        phases=tuple(phases), efficiency=eff, notes=tuple(notes),
+    )
+

@@ -1,0 +1,79 @@
+"""The HTML report's building blocks: every string from a result is escaped on its way in.
+
+`Html` marks text that is already HTML (built here, or an SVG drawn by `svg`); anything else
+handed to `tag`, `table` or `para` is escaped with `html.escape(…, quote=True)`, so a model name
+like `<script>` or `" onmouseover="` reads as text. No attribute value comes from a result except
+through `html.escape`, and the report makes no links from result data at all (a `javascript:` URL
+is text like any other).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Sequence
+
+
+class Html(str):
+    """Text that is already HTML: passed through as it is."""
+
+    __slots__ = ()
+
+
+Content = str | Html | Iterable["str | Html"]
+
+
+def esc(text: object) -> Html:
+    return text if isinstance(text, Html) else Html(html.escape(str(text), quote=True))
+
+
+def join(parts: Iterable[str | Html]) -> Html:
+    return Html("".join(esc(p) for p in parts))
+
+
+def tag(name: str, content: Content = "", **attrs: str | int | None) -> Html:
+    """<name attrs>content</name>; `class_` and `data_x` name `class` and `data-x`."""
+    inner = esc(content) if isinstance(content, str) else join(content)
+    return Html(f"<{name}{_attrs(attrs)}>{inner}</{name}>")
+
+
+def _attrs(attrs: dict[str, str | int | None]) -> str:
+    return "".join(f' {k.rstrip("_").replace("_", "-")}="{html.escape(str(v), quote=True)}"'
+                   for k, v in attrs.items() if v is not None)
+
+
+def para(text: str | Html, **attrs: str | None) -> Html:
+    return tag("p", text, **attrs)
+
+
+def bullets(items: Iterable[str | Html], **attrs: str | None) -> Html:
+    rows = [tag("li", item) for item in items]
+    return tag("ul", rows, **attrs) if rows else Html("")
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str | Html]], *, caption: str = "",
+          numeric: Sequence[int] = ()) -> Html:
+    """A table; the columns numbered in `numeric` align right (figures line up)."""
+    head = tag("tr", [tag("th", h, class_="num" if i in numeric else None) for i, h in enumerate(header)])
+    body = [tag("tr", [tag("td", c, class_="num" if i in numeric else None) for i, c in enumerate(row)])
+            for row in rows]
+    parts = ([tag("caption", caption)] if caption else []) + [tag("thead", head), tag("tbody", body)]
+    return tag("table", parts)
+
+
+def section(anchor: str, title: str, content: Iterable[str | Html], *, kind: str) -> Html:
+    return tag("section", [tag("h2", title), *content], id=anchor, data_kind=kind)
+
+
+def details(summary: str, content: Iterable[str | Html]) -> Html:
+    return tag("details", [tag("summary", summary), *content])
+
+
+def figure(svg: Html, caption: str | Html, *, name: str, marks: int) -> Html:
+    """A plot: its SVG and a caption; `data-marks` counts the data marks that carry a tooltip."""
+    return tag("figure", [svg, tag("figcaption", caption)], class_="plot", data_plot=name, data_marks=marks)
+
+
+def shorten(text: str, limit: int = 80) -> str:
+    """One line, at most `limit` characters: for cells and legends (the tooltip keeps the whole)."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
