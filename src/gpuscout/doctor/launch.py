@@ -23,8 +23,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpuscout.host import usable_cores
 from gpuscout.doctor.plan import DoctorPlan, RankReport
+from gpuscout.host import usable_cores
 from gpuscout.measure.gpu_telemetry import GpuReading, GpuSampler
 
 POLL_S = 0.5

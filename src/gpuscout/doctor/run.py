@@ -28,9 +28,6 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpuscout.errors import SpecError
-from gpuscout.hardware.catalog import available_dtypes
-from gpuscout.host import usable_cores
 from gpuscout.doctor.findings import Evidence, all_findings
 from gpuscout.doctor.host import granted_cores, granted_ram_bytes, startup_case
 from gpuscout.doctor.identity import Expected
@@ -38,6 +35,9 @@ from gpuscout.doctor.inventory import machine_identity, read_inventory
 from gpuscout.doctor.launch import WorkerRun, phase_readings, run_workers
 from gpuscout.doctor.plan import DoctorPlan, RankReport, doctor_plan
 from gpuscout.doctor.verdict import decide
+from gpuscout.errors import SpecError
+from gpuscout.hardware.catalog import available_dtypes
+from gpuscout.host import usable_cores
 from gpuscout.measure.fingerprint import collect_fingerprint
 from gpuscout.measure.gpu_telemetry import summarize_gpu
 from gpuscout.measure.harness import BenchSettings, failed_case, resolve_device
