@@ -137,6 +137,21 @@ def test_bad_input_is_a_three_part_error(tmp_path: Path) -> None:
     assert not list(tmp_path.iterdir())  # refused before anything ran
 
 
+def _children(pid: int) -> list[int]:
+    """Running processes whose parent is `pid` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                state, parent = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            except (OSError, ValueError):
+                continue
+            if int(parent) == pid and state != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="watches for the workers' process in /proc")
 def test_ctrl_c_writes_what_finished_and_exits_130(tmp_path: Path) -> None:
     out = tmp_path / "d.json"
     proc = subprocess.Popen([sys.executable, "-m", "gpuscout", "doctor", "--device", "cpu", "--nproc", "2", "-o",
@@ -145,7 +160,11 @@ def test_ctrl_c_writes_what_finished_and_exits_130(tmp_path: Path) -> None:
     deadline = time.monotonic() + 120
     while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)  # the result is first written once the disk check is done
-    time.sleep(2.0)  # into the workers' step
+    # Into the workers' step: its launcher is a child process. Watched for, not assumed after a sleep, which a
+    # busy machine outlasts (or, on a quick one, overshoots past the step).
+    while not _children(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert proc.poll() is None and _children(proc.pid), "the workers' step never started"
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 130 and "Traceback" not in stderr

@@ -15,7 +15,7 @@ from gpuscout.results.store import load_result
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "loadgen"))
 
-from fake_openai import FakeConfig, serve_in_thread
+from fake_openai import FakeConfig, FakeServer, serve_in_thread
 
 ROOT = Path(__file__).parent.parent.parent
 KEY = "sk-cli-secret-987654321"
@@ -99,6 +99,20 @@ def _wait_for(path: Path, proc: subprocess.Popen[str], timeout_s: float = 60) ->
         time.sleep(0.05)
 
 
+def _wait_for_answers(server: FakeServer, proc: subprocess.Popen[str], more: int, timeout_s: float = 60) -> None:
+    """Until the server has answered `more` requests beyond those it had answered now (its own record):
+    watched for, not assumed after a sleep, which a busy machine outlasts."""
+    def answered() -> int:
+        return sum(r.end_s is not None for r in list(server.records))
+
+    target = answered() + more
+    deadline = time.monotonic() + timeout_s
+    while answered() < target:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"the server answered fewer than {more} more requests"
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
 def test_a_signal_mid_run_keeps_the_finished_levels_and_requests(tmp_path: Path, sig: signal.Signals) -> None:
     """Two 3 s levels; the signal lands 1 s into the second: level 1 whole, level 2's finished requests."""
@@ -108,7 +122,7 @@ def test_a_signal_mid_run_keeps_the_finished_levels_and_requests(tmp_path: Path,
                        "-o", str(out)])
         _wait_for(out, proc)  # the checkpoint after level 1
         first = load_result(out)
-        time.sleep(1.0)
+        _wait_for_answers(srv, proc, 10)  # into the second level: some of its requests answered
         proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, stderr
@@ -129,7 +143,7 @@ def test_sigkill_loses_at_most_the_level_in_flight(tmp_path: Path) -> None:
         proc = _start(["load", srv.url, "--model", "M", "--sweep", "1,2", "--duration", "3s", "--output-tokens", "8",
                        "-o", str(out)])
         _wait_for(out, proc)
-        time.sleep(1.0)
+        _wait_for_answers(srv, proc, 10)
         proc.kill()
         proc.communicate(timeout=60)
     result = load_result(out)

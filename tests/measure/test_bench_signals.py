@@ -53,6 +53,17 @@ def wait_for_checkpoint(out: Path, bench: subprocess.Popen[str], limit_s: float 
         time.sleep(0.2)
 
 
+def wait_for_children(bench: subprocess.Popen[str], limit_s: float = 600.0) -> list[int]:
+    """The bench's child processes, once it has one (the next case's process, started after the checkpoint):
+    watched for, not assumed after a sleep, which a busy machine outlasts."""
+    deadline = time.monotonic() + limit_s
+    while not (running := [p for p in children(bench.pid) if "Z" not in _state(p)]):
+        assert bench.poll() is None, bench.communicate()
+        assert time.monotonic() < deadline, "the next case's process never started"
+        time.sleep(0.05)
+    return running
+
+
 def children(pid: int) -> list[int]:
     """Process ids whose parent is `pid` (from /proc)."""
     found = []
@@ -92,8 +103,7 @@ def test_sigterm_writes_what_finished_and_exits_143(tmp_path: Path) -> None:
 
 def _sigterm(out: Path, bench: subprocess.Popen[str]) -> None:
     wait_for_checkpoint(out, bench)
-    time.sleep(1.0)  # the second case's process is running
-    running = children(bench.pid)
+    running = wait_for_children(bench)  # the second case's process is running
     bench.send_signal(signal.SIGTERM)
     _, stderr = bench.communicate(timeout=60)
     assert bench.returncode == 128 + signal.SIGTERM and "Traceback" not in stderr
@@ -113,8 +123,7 @@ def test_sigkill_of_the_bench_keeps_the_checkpoint_and_ends_the_case(tmp_path: P
 
 def _sigkill(out: Path, bench: subprocess.Popen[str], tmp_path: Path) -> None:
     wait_for_checkpoint(out, bench)
-    time.sleep(1.0)
-    running = children(bench.pid)
+    running = wait_for_children(bench)
     assert running, "the second case runs in its own process"
     bench.kill()
     bench.communicate(timeout=60)

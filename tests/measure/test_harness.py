@@ -83,7 +83,8 @@ def test_a_case_past_its_timeout_is_killed_and_recorded() -> None:
     start = time.perf_counter()
     case = run_isolated(sleeping_case, "slow", case="slow", size=SIZE, timeout_s=2.0)
     assert case.failure is not None and case.failure.kind == "timeout"
-    assert time.perf_counter() - start < 15
+    # Held to the case's own 30 s sleep, not to a budget: a case that was not killed returns after all of it.
+    assert time.perf_counter() - start < 30
 
 
 def test_classify_failure() -> None:
