@@ -7,7 +7,9 @@ Each run is one `session.run_plan` (the library path `gpuscout load` takes) agai
 `tests/loadgen/garbage_server.py`, whose scenario for the run is drawn from `random.Random(f"{seed}-{run}")`:
 honest streams (cut at random byte boundaries, CRLF, comments, reasoning), odd JSON shapes (a string
 `delta`, lists, numbers, nulls), lying `usage` counts, broken HTTP and chunked framing, endless and huge
-bodies and lines, hangs before and after the headers, and servers echoing the credentials back. Load
+bodies and lines, hangs before and after the headers, servers echoing the credentials back, and honest
+servers whose /metrics page (`--metrics-url`) is hostile: 1e308 values and their inf sum, negative
+gauges, fractions past 1, escapes, non-UTF-8, endless, huge, hanging and trickling pages. Load
 shapes, stream/non-stream, endpoints, `--duration` and URLs with credentials vary too. Timeouts are
 short (2–3 s), so a run is bounded by the client's own limits.
 
@@ -21,7 +23,8 @@ Outcomes, one per run:
   nonsense     a result that says something false: `valid` although the server lied or every request
                failed, an error kind that misdescribes the fault (a timeout for an endless 500 body), a
                non-finite or unstorable number, a non-positive throughput marked valid, a secret in the
-               result or the error
+               result or the error, a /metrics reading no server can have (negative, a fraction past 1,
+               a gauge past 1e9 requests) or its escape sequences kept for the screen
   false_alarm  an honest scenario not marked valid (reported, not a failure of robustness)
 
 Each worker is a subprocess with its address space capped (`--memory-gib`) and its own server process.
@@ -77,6 +80,8 @@ def judge_run(seed: int, run: int, port: int, folder: Path, only: str | None = N
         "url": _url(port, sc), "model": "m", "endpoint": sc.endpoint, "stream": sc.stream, "requests": sc.requests,
         "duration_s": sc.duration_s, "output_tokens": sc.output_tokens, "dataset": dataset, "api_key_env": "FZ_KEY",
         "timeout_s": sc.timeout_s, "percentile": 50, "seed": run}
+    if sc.family == "metrics":
+        options["metrics_url"] = f"http://127.0.0.1:{port}/metrics?run={run}"
     if sc.rate is not None:
         options |= {"rate": sc.rate, "arrival": "constant"}
     else:
@@ -124,6 +129,7 @@ def _judge_result(sc: Scenario, result: Any, folder: Path) -> dict[str, Any]:
             if not all(math.isfinite(v) for v in (m.value, *m.samples)):
                 problems.append(f"{m.name} is not finite")
         kinds |= {name.removeprefix("errors_") for name in metrics if name.startswith("errors_")}
+        problems += _server_problems(case.metrics)
         tps = metrics.get("output_tokens_per_s")
         if valid and (tps is None or not tps.value > 0):
             problems.append(f"valid with output_tokens_per_s {tps.value if tps else None}")
@@ -143,6 +149,26 @@ def _judge_result(sc: Scenario, result: Any, folder: Path) -> dict[str, Any]:
         reasons = [n for c in result.cases for n in c.notes if n.startswith("invalid")]
         return {"outcome": "false_alarm", "detail": "; ".join(reasons)[:300]}
     return {"outcome": "result", "detail": ",".join(sorted(kinds))}
+
+
+SERVER_FRACTIONS = ("server_kv_cache_usage", "server_prefix_cache_hit_rate")
+
+
+def _server_problems(metrics: Any) -> list[str]:
+    """A server's /metrics reading that no server can have: negative, a fraction past 1, a gauge past 1e9
+    requests or a counter past 1e15 tokens, or escape sequences in what will be printed."""
+    found = []
+    for m in metrics:
+        if not m.name.startswith("server_"):
+            continue
+        top = 1.0 if m.name in SERVER_FRACTIONS else 1e9 if m.name.endswith("_requests") else 1e15
+        for v in (m.value, *m.samples):
+            if not 0 <= v <= top:
+                found.append(f"{m.name} = {v:g}")
+                break
+        if any(ch in f"{m.note}{m.unit}" for ch in "\x1b\x9b\x07"):
+            found.append(f"{m.name}: an escape sequence from the server in its note")
+    return found
 
 
 # ------------------------------------------------------------------------------------ processes

@@ -2,6 +2,15 @@
 
 Run: .venv/bin/python benchmarks/fuzz_parsers.py [--inputs 10000] [--seed 0] [--workers 2] [--only job,...]
 
+Besides the parsers of job specs, price sheets, catalogs, configs, checkpoints, results and datasets,
+the surfaces added with load, report, the store and calibrate are fuzzed as their commands use them
+(`tests/fuzz/targets.py`): /metrics pages through a level's summary into a stored load result
+(`metrics_body`), Mooncake traces and ShareGPT files into workloads (`trace_jsonl`, `sharegpt_json`),
+any result file into `report`'s page (`report_doc`) and pairs into `compare` (`compare_pair`), a
+hand-edited or damaged results store into `results list` and `show` (`store_file`), bench results
+into `calibrate` (`calibrate_inputs`), and co-served and video jobs into `estimate`
+(`coserved_job`, `video_job`). `--only` picks any of them.
+
 The inputs are the ones the hypothesis suite draws (`tests/fuzz/corpus.py`): valid documents with
 hostile values, byte-mutated documents, raw bytes and special files (FIFO, folder, /dev/zero, a
 device node, sparse files past the size caps), plus every kind of `-o` path for `write_atomic`.
@@ -41,11 +50,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from fuzz.corpus import PARSERS, generate  # noqa: E402
+from fuzz.corpus import PARSERS, SURFACES, generate  # noqa: E402
 from fuzz.outputs import judge_output, random_kind  # noqa: E402
-from fuzz.targets import Verdict, judge  # noqa: E402
+from fuzz.targets import SLOWER_S, Verdict, judge  # noqa: E402
 
-ALL = (*PARSERS, "output_path")
+ALL = (*PARSERS, "output_path", *SURFACES)
 OUTCOMES = ("parsed", "error", "crash", "hang", "nonsense")
 
 
@@ -83,6 +92,21 @@ def worker(parser: str, seed: int, start: int, stop: int, hang_s: float, memory_
             sys.stdout.flush()
 
 
+def _traceback(parser: str, seed: int, index: int) -> None:
+    """The crash of one input again, with its traceback (what a user would see)."""
+    import traceback
+
+    from fuzz.corpus import lay_out
+    from fuzz.targets import TARGETS
+
+    case = generate(parser, random.Random(f"{seed}-{parser}-{index}"))
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            TARGETS[parser](lay_out(case, Path(tmp)), case)
+        except Exception:
+            traceback.print_exc(limit=-6)
+
+
 def _remove(folder: Path) -> None:
     for path in folder.rglob("*"):
         if path.is_dir() and not path.is_symlink():
@@ -102,13 +126,14 @@ def run_range(parser: str, seed: int, start: int, stop: int, hang_s: float,
         assert proc.stdout is not None
         fd, buf = proc.stdout.fileno(), b""
         while True:
-            ready, _, _ = select.select([fd], [], [], hang_s * 3)
+            silent_s = max(hang_s, SLOWER_S.get(parser, 0.0)) * 3
+            ready, _, _ = select.select([fd], [], [], silent_s)
             if not ready:
                 proc.kill()
                 proc.wait()
                 # Silent while generating is the generator's fault: that input is skipped, not counted.
                 outcome = "hang" if judging == nxt else "skipped"
-                lines.append({"i": nxt, "outcome": outcome, "detail": "worker silent; killed", "s": hang_s * 3})
+                lines.append({"i": nxt, "outcome": outcome, "detail": "worker silent; killed", "s": silent_s})
                 nxt += 1
                 break
             chunk = os.read(fd, 65536)
@@ -187,7 +212,10 @@ def main() -> None:
     if args.replay:
         name, index = args.replay.split(":")
         with tempfile.TemporaryDirectory() as tmp:
-            print(one(name, args.seed, int(index), Path(tmp), args.hang_s))
+            verdict = one(name, args.seed, int(index), Path(tmp), args.hang_s)
+            print(verdict)
+        if verdict.outcome == "crash" and name != "output_path":
+            _traceback(name, args.seed, int(index))
         return
     chosen = [p for p in ALL if not args.only or p in args.only.split(",")]
     rows = []

@@ -14,7 +14,9 @@ generators through `st.randoms()`. Three kinds are mixed:
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import hashlib
 import io
 import json
 import math
@@ -38,6 +40,10 @@ TESTS = Path(__file__).resolve().parents[1]
 
 PARSERS = ("job", "price_sheet", "vms_csv", "config_json", "safetensors", "result_json", "dataset_jsonl",
            "dataset_bench")
+# The surfaces added since: /metrics pages, traces and ShareGPT files, result files into `report` and
+# `compare`, the results store, `calibrate`'s inputs, co-served and video jobs (each as its command uses it).
+SURFACES = ("metrics_body", "trace_jsonl", "sharegpt_json", "report_doc", "compare_pair", "store_file",
+            "calibrate_inputs", "coserved_job", "video_job")
 
 # Bytes an outside file carries; no error message may repeat them (nor the number they spell).
 SECRET = b"\x53\x45\x43\x52\x45\x54\x21\x21TOP-SECRET-CONTENT\n"
@@ -93,7 +99,8 @@ HOSTILE: tuple[Any, ...] = (
     math.nan, math.inf, -math.inf, 0, -1, 1, 0.0, -0.0, -0.5, 0.5, 1.5, 2, 7, 64, 4097, 2**31, 2**53 + 1,
     2**63, 2**64, 10**9, 10**12, 10**15 + 1, 10**30, -(10**30), 10**100, 1e308, 1e-300, 5e-324,
     True, False, "", "x", "1", "0.1", "nan", "inf", "-1", "x" * 256, "y" * 5000, "\ud800", "a\udc00b", "\x00",
-    "é", "../../etc/passwd", "/etc/passwd", [], {}, [1, 2], [-1], {"a": 1}, ["x"], _deep_list(60),
+    "é", "../../etc/passwd", "/etc/passwd", "\x1b[2J\x1b[31mred", "\x9b31mcsi", "line\rover",
+    "<script>alert(1)</script>", [], {}, [1, 2], [-1], {"a": 1}, ["x"], _deep_list(60),
     _deep_dict(60),
     Raw(json="1e999", toml="1e999", csv="1e999"),
     Raw(json="-1e999", toml="-1e999", csv="-1e999"),
@@ -484,16 +491,252 @@ def bench_dataset_case(rng: random.Random) -> FileCase:
     return FileCase("dataset_bench", {"data.jsonl": data}, "data.jsonl")
 
 
+# --- the surfaces added with load, report, the store and calibrate -------------------------------------
+
+# /metrics pages with each engine's names (server_metrics.py's table), a few scrapes of one level.
+METRICS_PAGES: tuple[str, ...] = (
+    '# HELP vllm:num_requests_running Number of requests running.\n# TYPE vllm:num_requests_running gauge\n'
+    'vllm:num_requests_running{model_name="m"} 3\nvllm:num_requests_waiting{model_name="m"} 1\n'
+    'vllm:kv_cache_usage_perc{model_name="m"} 0.25\nvllm:prefix_cache_queries_total{model_name="m"} 1000\n'
+    'vllm:prefix_cache_hits_total{model_name="m"} 250\nvllm:num_preemptions_total 0\n'
+    'vllm:prompt_tokens_total 4000\nvllm:generation_tokens_total 800\n'
+    'vllm:e2e_request_latency_seconds_bucket{le="1.0"} 9\nvllm:e2e_request_latency_seconds_count 9\n',
+    'sglang:num_running_reqs{name="m"} 5\nsglang:num_queue_reqs 1\nsglang:token_usage 0.25\n'
+    'sglang:cache_hit_rate 0.4\nsglang:prompt_tokens_total 3000\nsglang:generation_tokens_total 1.5e3\n',
+    "tgi_queue_size 6\ntgi_batch_current_size 4\n",
+    "llamacpp:requests_processing 1\nllamacpp:requests_deferred 2\nllamacpp:kv_cache_usage_ratio 0.1\n"
+    "llamacpp:tokens_predicted_total 77\nllamacpp:prompt_tokens_total 300\n",
+)
+METRIC_VALUES = ("1e308", "-1e308", "1e35", "-5", "-0", "0", "NaN", "+Inf", "-Inf", "1" * 400, "0x10", "1e-320",
+                 "9" * 5000, "", "1_000", "\u0661", "3 1700000000000", "2.5e3", "inf", "\x1b[31m")
+
+
+def metrics_case(rng: random.Random) -> FileCase:
+    """Scrapes of one /metrics page (before, during, after a level) with hostile values, names and lines."""
+    page = rng.choice(METRICS_PAGES)
+    scrapes = []
+    for k in range(rng.randint(2, 4)):
+        lines = page.splitlines()
+        for _ in range(rng.randint(0, 4)):
+            i = rng.randrange(len(lines))
+            name = lines[i].rpartition(" ")[0]
+            op = rng.random()
+            if op < 0.5 and name:
+                lines[i] = f"{name} {rng.choice(METRIC_VALUES)}"
+            elif op < 0.7:
+                lines.insert(i, lines[i].replace("}", ',engine="1"}', 1) if "}" in lines[i] else lines[i])
+            elif op < 0.8:
+                lines[i] = lines[i].replace(name.split("{")[0], rng.choice(("x" * 300, "vllm:\u202e", "a{b", "")), 1)
+            elif op < 0.9:
+                lines.insert(i, "# " + "x" * rng.choice((10, 100_000)))
+            else:
+                lines.insert(i, lines[i] * rng.choice((2, 50)))
+        text = "\n".join(lines) + "\n"
+        data = text.encode("utf-8", "surrogatepass")
+        scrapes.append(mutate_bytes(data, rng) if rng.random() < 0.3 else data)
+        if k == 0 and rng.random() < 0.1:
+            scrapes[0] = rng.randbytes(rng.randint(0, 2000))
+    files: dict[str, bytes | Special] = {f"metrics/{k}.txt": body for k, body in enumerate(scrapes)}
+    return FileCase("metrics_body", files, "metrics")
+
+
+TRACE_LINES: tuple[dict[str, Any], ...] = (
+    {"timestamp": 0, "input_length": 700, "output_length": 4, "hash_ids": [1, 2]},
+    {"timestamp": 200, "input_length": 600, "output_length": 3, "hash_ids": [1, 3]},
+    {"timestamp": 200, "input_length": 300, "output_length": 2, "hash_ids": [4]},
+    {"timestamp": 600, "input_length": 1000, "output_length": 4, "hash_ids": [1, 2]},
+)
+
+
+def trace_case(rng: random.Random) -> FileCase:
+    """A Mooncake trace (JSON Lines), lines mutated or repeated."""
+    lines = [mutate(line, rng) if rng.random() < 0.4 else line for line in TRACE_LINES]
+    if rng.random() < 0.1:
+        lines = lines * rng.choice((50, 400))
+    data = b"\n".join(to_json(line) for line in lines) + b"\n"
+    return FileCase("trace_jsonl", {"trace.jsonl": data}, "trace.jsonl", {"multi_turn": rng.random() < 0.5})
+
+
+SHAREGPT: tuple[dict[str, Any], ...] = (
+    {"id": "a", "conversations": [{"from": "human", "value": "hello there"}, {"from": "gpt", "value": "hi"},
+                                  {"from": "human", "value": "how are you"}]},
+    {"id": "b", "conversations": [{"from": "gpt", "value": "nobody asked"}]},
+    {"id": "c", "messages": [{"role": "user", "content": "one question"}, {"role": "assistant", "content": "ok"},
+                             {"role": "user", "content": [{"type": "text", "text": "a part"}]}]},
+)
+
+
+def sharegpt_case(rng: random.Random) -> FileCase:
+    """A ShareGPT-style JSON list of conversations, mutated."""
+    document = mutate(list(SHAREGPT), rng, rng.randint(1, 3))
+    return FileCase("sharegpt_json", {"sharegpt.json": to_json(document)}, "sharegpt.json",
+                    {"multi_turn": rng.random() < 0.5})
+
+
+@cache
+def report_seeds() -> tuple[tuple[str, Any], ...]:
+    """Every kind of file `report` draws, as its command writes it (tests/report/html_samples.py)."""
+    import tempfile
+
+    from report.html_samples import write_all  # tests/ is on the path in the suite and the benchmark
+
+    with tempfile.TemporaryDirectory(prefix="gpuscout-fuzz-seeds-") as folder:
+        return tuple((name, json.loads(path.read_text("utf-8"))) for name, path in write_all(Path(folder)).items())
+
+
+def report_case(rng: random.Random) -> FileCase:
+    name, document = rng.choice(report_seeds())
+    document = mutate(document, rng, rng.choice((1, 1, 1, 2, 4)))
+    return FileCase("report_doc", {f"{name}.json": to_json(document, indent=rng.choice((None, 1)))}, f"{name}.json")
+
+
+@cache
+def compare_seeds() -> tuple[tuple[dict[str, Any], dict[str, Any]], ...]:
+    """Pairs `compare` takes: two machines' load sweeps, and one bench result against a re-run of it."""
+    from report.html_samples import load_sweep
+    from report.samples import bench_demo
+
+    bench = bench_demo()
+    again = bench.model_copy(update={"name": "again"})
+    return ((json.loads(load_sweep("load-a100", 1.0).model_dump_json()),
+             json.loads(load_sweep("load-h100", 0.55).model_dump_json())),
+            (json.loads(bench.model_dump_json()), json.loads(again.model_dump_json())))
+
+
+def compare_case(rng: random.Random) -> FileCase:
+    first, second = rng.choice(compare_seeds())
+    if rng.random() < 0.8:
+        second = mutate(second, rng, rng.randint(1, 3))
+    if rng.random() < 0.3:
+        first = mutate(first, rng)
+    return FileCase("compare_pair", {"pair/a.json": to_json(first), "pair/b.json": to_json(second)}, "pair",
+                    {"allow_diff": rng.random() < 0.5})
+
+
+@cache
+def _zlib_bomb() -> tuple[bytes, str]:
+    """600 MiB of zeros (past the 512 MiB a result may hold) in under 1 MiB, and the SHA-256 of the zeros:
+    made a piece at a time, once per machine (kept in the temporary folder; it takes seconds)."""
+    import tempfile
+    import zlib
+
+    kept = Path(tempfile.gettempdir()) / "gpuscout-fuzz-zlib-bomb-600m"
+    with contextlib.suppress(OSError, ValueError):
+        digest, packed = kept.read_bytes().split(b"\n", 1)
+        return packed, digest.decode()
+    packer, zeros, sha = zlib.compressobj(9), bytes(1 << 20), hashlib.sha256()
+    parts = []
+    for _ in range(600):
+        parts.append(packer.compress(zeros))
+        sha.update(zeros)
+    packed = b"".join(parts) + packer.flush()
+    with contextlib.suppress(OSError):
+        kept.write_bytes(sha.hexdigest().encode() + b"\n" + packed)
+    return packed, sha.hexdigest()
+
+
+def store_case(rng: random.Random) -> FileCase:
+    """A results store (SQLite) holding two runs, then damaged: rows hand-edited, or bytes flipped."""
+    import sqlite3
+    import tempfile
+
+    from gpuscout.results.database import record
+
+    with tempfile.TemporaryDirectory(prefix="gpuscout-fuzz-store-") as folder:
+        path = Path(folder) / "results.sqlite"
+        seed = result_seed()
+        record(path, "bench", seed, now=datetime(2026, 11, 2, tzinfo=UTC))
+        second = mutate(seed, rng) if rng.random() < 0.5 else seed
+        try:
+            record(path, "bench", second, now=datetime(2026, 11, 3, tzinfo=UTC))
+        except Exception:  # not a run any command stores (NaN, a 5,000-digit integer …)
+            record(path, "bench", seed, now=datetime(2026, 11, 3, tzinfo=UTC))
+        edits = rng.randint(0, 3)
+        with sqlite3.connect(path) as db:
+            for _ in range(edits):
+                with contextlib.suppress(sqlite3.Error):  # an edit SQLite itself refuses is no input
+                    _edit_store(db, rng, seed)
+        db.close()
+        data = path.read_bytes()
+    if rng.random() < 0.3:
+        data = mutate_bytes(data, rng)
+    return FileCase("store_file", {"results.sqlite": data}, "results.sqlite", {"edits": edits})
+
+
+def _edit_store(db: Any, rng: random.Random, seed: dict[str, Any]) -> None:
+    """One hand edit of a store: a payload, a column, an id, the encoding, the schema, a row."""
+    import zlib
+
+    op = rng.randrange(7)
+    if op in (0, 1):  # a hand-edited payload, its checksum mostly made to match (as an editor would)
+        run_id, body = (2, to_json(mutate(seed, rng, rng.randint(1, 3)))) if op == 0 else (
+            1, rng.choice((b"", b"[]", b"1e999", b'{"kind": 5}', b"null", b"\xff\xfe")))
+        packed, digest = zlib.compress(body), hashlib.sha256(body).hexdigest()
+        if op == 1 and rng.random() < 0.3:
+            packed, digest = rng.choice((_zlib_bomb(), (b"not zlib", digest)))
+        db.execute("UPDATE payloads SET body = ? WHERE run_id = ?", (packed, run_id))
+        if rng.random() < 0.8:
+            db.execute("UPDATE runs SET payload_sha256 = ? WHERE id = ?", (digest, run_id))
+    elif op == 2:
+        column = rng.choice(("kind", "result_kind", "created_at", "recorded_at", "job", "machine", "name",
+                             "summary", "complete", "gpuscout_version", "payload_bytes", "payload_sha256"))
+        db.execute(f"UPDATE runs SET {column} = ? WHERE id = 1",
+                   (rng.choice((None, -1, 2**63 - 1, 1e308, "", "x" * 5000, "\x1b[2J", "2026-13-45",
+                                b"\xff\xfe", "nan")),))
+    elif op == 3:
+        db.execute("UPDATE runs SET id = ? WHERE id = 2", (rng.choice((2**63 - 1, -5, 0)),))
+    elif op == 4:
+        db.execute("UPDATE payloads SET encoding = ? WHERE run_id = 1", (rng.choice(("gzip", "", None)),))
+    elif op == 5:
+        db.execute(rng.choice(("DROP TABLE payloads", "DELETE FROM payloads", "PRAGMA user_version = 99",
+                               "CREATE TABLE extra (x)", "ALTER TABLE runs RENAME TO old")))
+    else:
+        db.execute("DELETE FROM runs WHERE id = 2")
+
+
+def calibrate_case(rng: random.Random) -> FileCase:
+    """Bench results that `calibrate` fits to: one or two, with hostile times and labels."""
+    files: dict[str, bytes | Special] = {}
+    for k in range(rng.choice((1, 1, 2))):
+        document = mutate(result_seed(), rng, rng.randint(1, 3)) if rng.random() < 0.8 else result_seed()
+        files[f"runs/{k}.json"] = to_json(document)
+    return FileCase("calibrate_inputs", files, "runs")
+
+
+@cache
+def job_kind_seeds(kind: str) -> tuple[dict[str, Any], ...]:
+    """The shipped examples of co-served (`[[co_served]]`) or video jobs."""
+    return tuple(j for j in job_seeds() if (kind == "video" and j.get("kind") == "video")
+                 or (kind == "coserved" and j.get("co_served")))
+
+
+def coserved_case(rng: random.Random) -> FileCase:
+    document = mutate(rng.choice(job_kind_seeds("coserved")), rng)
+    return FileCase("coserved_job", {"job.toml": to_toml(document) if isinstance(document, dict) else b"x = 1"},
+                    "job.toml")
+
+
+def video_case(rng: random.Random) -> FileCase:
+    document = mutate(rng.choice(job_kind_seeds("video")), rng)
+    return FileCase("video_job", {"job.toml": to_toml(document) if isinstance(document, dict) else b"x = 1"},
+                    "job.toml")
+
+
 STRUCTURED: dict[str, Callable[[random.Random], FileCase]] = {
     "job": job_case, "price_sheet": price_case, "vms_csv": vms_case, "config_json": config_case,
     "safetensors": safetensors_case, "result_json": result_case, "dataset_jsonl": dataset_case,
-    "dataset_bench": bench_dataset_case,
+    "dataset_bench": bench_dataset_case, "metrics_body": metrics_case, "trace_jsonl": trace_case,
+    "sharegpt_json": sharegpt_case, "report_doc": report_case, "compare_pair": compare_case, "store_file": store_case,
+    "calibrate_inputs": calibrate_case, "coserved_job": coserved_case, "video_job": video_case,
 }
 
 # Size caps the readers document (docs/design.md §4.10); a sparse file one byte over each must be refused
 # from its size alone, without reading it.
 SIZE_CAPS = {"job": 2**20, "price_sheet": 4 * 2**20, "vms_csv": 256 * 2**20, "config_json": 16 * 2**20,
-             "safetensors": 16 * 2**20, "result_json": 512 * 2**20, "dataset_jsonl": 2**30, "dataset_bench": 2**30}
+             "safetensors": 16 * 2**20, "result_json": 512 * 2**20, "dataset_jsonl": 2**30, "dataset_bench": 2**30,
+             "metrics_body": 16 * 2**20, "trace_jsonl": 2**30, "sharegpt_json": 2**30, "report_doc": 512 * 2**20,
+             "compare_pair": 512 * 2**20, "store_file": 0, "calibrate_inputs": 512 * 2**20, "coserved_job": 2**20,
+             "video_job": 2**20}
 
 
 SPECIAL_KINDS = ("fifo", "dir", "devzero", "devnull", "sparse", "empty", "missing", "symlink")

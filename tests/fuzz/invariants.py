@@ -9,7 +9,9 @@ out here, not imported, so that the same checks judge the code before and after 
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import struct
 from collections.abc import Iterator
 from typing import Any
@@ -137,6 +139,90 @@ def check_workload(workload: Any) -> None:
         assert prompt.text.strip() and prompt.prompt_tokens >= 1, repr(prompt.text[:40])
 
 
+FRACTIONS = ("server_kv_cache_usage", "server_prefix_cache_hit_rate", "prefix_cache_hit_rate")
+# A gauge past these is not a server's reading: no engine runs a billion requests at once.
+SERVER_MAXIMA = {"server_running_requests": 1e9, "server_waiting_requests": 1e9}
+
+
+def check_load_result(result: Any) -> None:
+    """What `load` writes from /metrics: finite, gauges ≥ 0, fractions in [0, 1], and readable again by
+    `compare`, `report` and `results` (a result they refuse as damaged was written with nonsense)."""
+    from gpuscout.results.store import parse_result
+
+    check_result(result)
+    for case in result.cases:
+        for metric in case.metrics:
+            if not metric.name.startswith("server_") and metric.name not in FRACTIONS:
+                continue
+            for value in (metric.value, *metric.samples):
+                assert value >= 0, f"{metric.name} = {value}"
+                assert metric.name not in FRACTIONS or value <= 1, f"{metric.name} = {value}"
+                assert value <= SERVER_MAXIMA.get(metric.name, 1e15), f"{metric.name} = {value}"
+    try:
+        parse_result(json.loads(result.model_dump_json()), "load.json")
+    except GpuscoutError as refused:
+        raise AssertionError(f"load wrote a result it then refuses: {refused.what[:120]}") from None
+
+
+def check_trace_workload(workload: Any) -> None:
+    check_workload(workload)
+    arrivals = [p.arrival_s for p in workload.prompts]
+    assert all(a is not None and math.isfinite(a) and a >= 0 for a in arrivals), "an arrival is not a time ≥ 0"
+    assert arrivals == sorted(arrivals), "arrivals out of order"
+    assert arrivals[-1] - arrivals[0] <= 366 * 86_400, f"a trace spanning {arrivals[-1] - arrivals[0]:.3g} s"
+    for prompt in workload.prompts:
+        assert prompt.output_tokens >= 1 and 0 <= prompt.prefix_tokens <= prompt.prompt_tokens
+
+
+def check_report(rendered: Any) -> None:
+    html = rendered.html
+    html.encode("utf-8")
+    assert "<script>alert" not in html, "text from the file reached the page as markup"
+
+
+def check_compare(parsed: Any) -> None:
+    report, text = parsed
+    text.encode("utf-8")
+    assert not CONTROL.search(text), "a control character from a result file reached the screen"
+    for where, number in numbers(report.comparison):
+        assert not isinstance(number, float) or not math.isnan(number), f"comparison{where} = NaN"
+    assert report.verdict is not None
+
+
+def check_store(parsed: Any) -> None:
+    runs, total, shown = parsed
+    assert total >= len(runs) >= 0
+    for run in runs:
+        printable(run)
+        assert run.payload_bytes >= 0, f"payload of {run.payload_bytes} bytes"
+    for result in shown:
+        check_result(result)
+
+
+def check_calibration(parsed: Any) -> None:
+    observations, calibration, again = parsed
+    for obs in observations:
+        assert math.isfinite(obs.measured_s) and obs.measured_s > 0, f"measured {obs.measured_s}"
+        assert math.isfinite(obs.estimated_s) and obs.estimated_s > 0, f"estimated {obs.estimated_s}"
+    all_finite(calibration)
+    for where, number in numbers(calibration):
+        if where.endswith(("factor", "efficiency", "mfu")):
+            assert number > 0, f"{where} = {number}"
+    assert again == calibration, "the calibration file does not read back as written"
+
+
+def check_estimate(report: Any) -> None:
+    """An estimate: the job sane, every figure finite, no negative memory or time."""
+    check_job(report.job)
+    all_finite(report.screening)
+    for where, number in numbers(report.screening):
+        if where.endswith(("_bytes", "_s", "seconds", "hours")):
+            assert number >= 0, f"{where} = {number}"
+
+
+CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x9b]")
+
+
 CHECKS = {
     "job": check_job,
     "price_sheet": lambda sheet: check_offers(sheet.offers),
@@ -146,11 +232,22 @@ CHECKS = {
     "result_json": check_result,
     "dataset_jsonl": check_workload,
     "dataset_bench": check_texts,
+    "metrics_body": check_load_result,
+    "trace_jsonl": check_trace_workload,
+    "sharegpt_json": check_workload,
+    "report_doc": check_report,
+    "compare_pair": check_compare,
+    "store_file": check_store,
+    "calibrate_inputs": check_calibration,
+    "coserved_job": check_estimate,
+    "video_job": check_estimate,
 }
 
 
 def check_parsed(case: FileCase, parsed: Any) -> None:
     CHECKS[case.parser](parsed)
+    if case.parser == "metrics_body" or (case.parser == "store_file" and case.label == "missing"):
+        return  # a page that is no plain file stands for no answer; no store file yet is an empty store
     if case.label in ("fifo", "dir", "devzero", "devnull", "sparse", "missing"):
         raise AssertionError(f"a {case.label} was read as a {case.parser}")
 

@@ -27,8 +27,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-FAMILIES = ("honest", "shapes", "usage", "framing", "http", "size", "time", "secrets")
-WEIGHTS = (3, 2, 2, 2, 2, 1, 1, 1)
+FAMILIES = ("honest", "shapes", "usage", "framing", "http", "size", "time", "secrets", "metrics")
+WEIGHTS = (3, 2, 2, 2, 2, 1, 1, 1, 1)
 USAGE_LIES = ("negative", "huge", "huge_float", "zero", "fewer_than_chunks", "short", "nan", "fraction",
               "absurd_vs_chars", "string", "bool", "list")
 IMPOSSIBLE_USAGE = frozenset(USAGE_LIES[:9])  # numbers no honest server reports: the run cannot be valid
@@ -39,9 +39,14 @@ HTTP = ("not_http", "status_999", "huge_header", "many_headers", "endless_500", 
 SIZE = ("huge_line", "endless_line", "endless_content", "endless_plain", "huge_error_body", "many_tiny_chunks")
 TIME = ("hang_before_headers", "hang_after_headers", "stall_mid_stream", "trickle", "slow_headers")
 SECRETS = ("echo_500", "echo_stream_error", "echo_401", "echo_redirect")
+# A server that answers honestly while its /metrics page (scraped with --metrics-url) is hostile.
+METRICS = ("huge_values", "inf_sum", "negative", "fraction_past_one", "huge_gauge", "many_labels", "garbage_lines",
+           "escapes", "not_utf8", "endless_page", "huge_page", "hang_page", "slow_page", "status_500", "html_page",
+           "changing_engine")
 VARIANTS: dict[str, tuple[str, ...]] = {
     "honest": ("plain", "chunky", "reasoning", "crlf", "comments", "split"), "shapes": ("mixed",),
-    "usage": USAGE_LIES, "framing": FRAMING, "http": HTTP, "size": SIZE, "time": TIME, "secrets": SECRETS}
+    "usage": USAGE_LIES, "framing": FRAMING, "http": HTTP, "size": SIZE, "time": TIME, "secrets": SECRETS,
+    "metrics": METRICS}
 HANGS = frozenset({"hang_before_headers", "hang_after_headers", "stall_mid_stream"})
 ENDLESS_CAP_BYTES = 256 * 2**20  # an endless body stops here, whatever the client does (safety for the server)
 ENDLESS_CAP_S = 30.0
@@ -89,13 +94,16 @@ class Scenario:
     def time_bound_s(self) -> float:
         """How long the run may take before it counts as a hang (the client's limits, generously)."""
         slack = 2.5
+        # /metrics: each of the plan's 3 runs scrapes before and after its level, each scrape bounded by the
+        # monitor's 5 s timeout (a page that cannot be read is then no longer asked for).
+        scrapes = 3 * (2 * 5.0 + 1.0) if self.family == "metrics" else 0.0
         if self.duration_s is not None:
-            return self.duration_s + 1.5  # a level ends at its duration, in-flight requests or not
+            return self.duration_s + 1.5 + scrapes  # a level ends at its duration, in-flight requests or not
         n = self.requests or 1
         if self.rate is not None:
-            return n / self.rate + 2 * (self.timeout_s + 0.5) + slack
+            return n / self.rate + 2 * (self.timeout_s + 0.5) + slack + scrapes
         rounds = -(-n // (self.concurrency or 1))
-        return rounds * 2 * (self.timeout_s + 0.5) + slack  # 2 ×: a 400 is retried once without the extras
+        return rounds * 2 * (self.timeout_s + 0.5) + slack + scrapes  # 2 ×: a 400 is retried once without the extras
 
 
 def scenario(seed: int, run: int, family: str | None = None) -> Scenario:
@@ -214,6 +222,12 @@ async def _handle(server: GarbageServer, reader: asyncio.StreamReader, writer: a
 async def _respond(server: GarbageServer, req: Request, reader: asyncio.StreamReader,
                    writer: asyncio.StreamWriter) -> bool:
     """Answer one request as its scenario says; False when the connection is done."""
+    if req.line.startswith("GET ") and "/metrics" in req.line:  # its run is in the query: /metrics?run=N
+        scrape = re.search(r"run=(\d+)", req.line)
+        run = int(scrape.group(1)) if scrape else 0
+        server.extra[run] = server.extra.get(run, 0) + 1
+        sc = scenario(server.seed, run, server.only)
+        return await _metrics(_Out(writer, random.Random(f"{server.seed}-{run}-m")), sc.variant, server.extra[run])
     found = re.search(r"fz (\d+) (\d+)", req.prompt)
     run, p = (int(found.group(1)), int(found.group(2))) if found else (0, 0)
     sc = scenario(server.seed, run, server.only)
@@ -235,6 +249,8 @@ async def _respond(server: GarbageServer, req: Request, reader: asyncio.StreamRe
         return await _size(out, req, variant)
     if fam == "time":
         return await _time(out, req, variant, reader)
+    if fam == "metrics":
+        return await _honest(out, req, "chunky")
     return await _secrets(out, req, variant, n)
 
 
@@ -425,6 +441,67 @@ async def _framing(out: _Out, req: Request, variant: str) -> bool:
     for i in range(len(valid)):
         await out.chunk(valid[i:i + 1])
     await out.send(b"0\r\n\r\n")
+    return True
+
+
+_PAGE = ('# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} %s\n'
+         'vllm:num_requests_waiting{model_name="m"} %s\nvllm:kv_cache_usage_perc{model_name="m"} %s\n'
+         'vllm:prefix_cache_queries_total{model_name="m"} %s\nvllm:prefix_cache_hits_total{model_name="m"} %s\n'
+         'vllm:generation_tokens_total %s\nvllm:prompt_tokens_total %s\n')
+
+
+async def _metrics(out: _Out, variant: str, scrape: int) -> bool:
+    """One scrape of a hostile /metrics page (the `scrape`-th of this run: counters rise between scrapes)."""
+    k = scrape * 100
+    values = [2, 1, 0.5, 10 * k, 4 * k, k, 5 * k]
+    page: str | bytes
+    match variant:
+        case "huge_values":
+            values = [1e308, 1e308, 0.5, 1e308, 1e308, 1e308, 1e308]
+        case "inf_sum":  # two label sets of 1e308 each: their sum is inf
+            page = _PAGE % tuple(values) + 'vllm:num_requests_running{model_name="n"} 1e308\n' * 2
+        case "negative":
+            values = [-5, -1e9, -0.5, -k, -k, -k, -k]
+        case "fraction_past_one":
+            values[2] = 1e35
+        case "huge_gauge":
+            values[:2] = [1e35, 4e18]
+        case "many_labels":
+            page = "".join(f'vllm:num_requests_running{{model_name="m{i}"}} 1\n' for i in range(20_000))
+        case "garbage_lines":
+            page = "\n".join(("vllm:num_requests_running {", "vllm:kv_cache_usage_perc 0x1p3", "}} 5",
+                               "vllm:num_requests_waiting NaN", "=" * 300, "vllm:num_requests_running 1 2 3 4"))
+        case "escapes":
+            page = _PAGE % tuple(values) + '\x1b[2Jvllm:\x1b[31mevil{a="\x07"} 1\nsglang:\x9b2J 3\n'
+        case "not_utf8":
+            page = (_PAGE % tuple(values)).encode() + b"\xff\xfe\xed\xa0\x80 vllm:num_requests_running 7\n"
+        case "endless_page":
+            return await _endless(out, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
+                                  b"vllm:num_requests_running 1\n" * 2000)
+        case "huge_page":
+            page = "# " + "x" * (20 << 20) + "\n"
+        case "hang_page":
+            await out.send(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nvllm:num")
+            await asyncio.sleep(ENDLESS_CAP_S)
+            return False
+        case "slow_page":
+            await out.send(b"HTTP/1.1 200 OK\r\nContent-Length: 40\r\n\r\n")
+            for byte in b"vllm:num_requests_running 3\n".ljust(40):
+                await out.send(bytes([byte]))
+                await asyncio.sleep(0.2)
+            return True
+        case "status_500":
+            await out.json(500, {"error": "metrics exploded"})
+            return True
+        case "html_page":
+            page = "<html><body>vllm:num_requests_running 3</body></html>"
+        case _:  # changing_engine: vLLM's names, then SGLang's, then TGI's
+            page = (_PAGE % tuple(values), "sglang:num_running_reqs 4\nsglang:token_usage 2.5\n",
+                    "tgi_queue_size -3\n")[scrape % 3]
+    if variant in ("huge_values", "negative", "fraction_past_one", "huge_gauge"):
+        page = _PAGE % tuple(values)
+    data = page if isinstance(page, bytes) else page.encode("utf-8", "surrogateescape")
+    await out.send(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(data) + data)
     return True
 
 
