@@ -42,7 +42,7 @@ ALLOWED: dict[str, set[str]] = {
     "examples": set(),
 }
 # Leaves import nothing of gpuscout but other leaves.
-LEAVES = {"errors", "units", "userfile", "outfile", "stats", "host", "interrupts"}
+LEAVES = {"errors", "units", "userfile", "outfile", "stats", "host", "interrupts", "redact"}
 # The result schema (and merging runs of its cases) is shared vocabulary: the bench and the load
 # generator write their records in it; results stores and compares them (the flow stays
 # measure/loadgen → results → cost → report).

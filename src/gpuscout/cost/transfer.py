@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gpuscout.errors import SpecError
 from gpuscout.hardware.offers import Offer
+from gpuscout.redact import redact_url
 from gpuscout.userfile import shown
 
 GB = 10**9
@@ -139,8 +140,8 @@ def data_source(*, dataset_gb: float | None, region: str | None = None, url: str
                         "Pass one of them.")
     cloud, where = _url_place(url) if url is not None else _region_place(region) if region is not None \
         else (None, None)
-    try:
-        return DataSource(dataset_gb=dataset_gb, cloud=cloud, region=where, url=url,
+    try:  # only the host places the data: the URL is kept, shown and stored without its credentials
+        return DataSource(dataset_gb=dataset_gb, cloud=cloud, region=where, url=redact_url(url) if url else None,
                           egress_usd_per_gb=egress_usd_per_gb, gbps=gbps)
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -171,7 +172,7 @@ def _url_place(url: str | None) -> tuple[str | None, str | None]:
     parts = urlsplit(url or "")
     host = (parts.hostname or "").lower()
     if parts.scheme not in ("http", "https", "s3", "gs", "az") or (not host and parts.scheme in ("http", "https")):
-        raise SpecError(f"--dataset-url {shown(url)} is not a URL gpuscout can place.",
+        raise SpecError(f"--dataset-url {shown(redact_url(url or ''))} is not a URL gpuscout can place.",
                         "It reads the host of an http(s) URL, or an s3://, gs:// or az:// bucket.",
                         "Pass e.g. https://bucket.s3.us-east-1.amazonaws.com/data or s3://bucket/data.")
     if parts.scheme == "s3" or host.endswith("amazonaws.com"):

@@ -65,10 +65,10 @@ from gpuscout.loadgen.record import (
     build_records,
     token_counter,
 )
-from gpuscout.loadgen.redact import redact_url, url_secrets
 from gpuscout.loadgen.request import Bodies
 from gpuscout.loadgen.schedule import LoadShape, planned_requests, send_offsets
-from gpuscout.loadgen.wire import Pool, Target
+from gpuscout.loadgen.wire import Pool, Target, http_url
+from gpuscout.redact import redact_url, url_secrets
 
 __all__ = ["CANCELLED_AT_DEADLINE", "MAX_ERROR_BODY_BYTES", "Endpoint", "LoadInterrupted", "LoadRun",
            "RequestRecord", "default_timeout_s", "endpoint_url", "max_body_bytes", "run_load", "run_load_sync"]
@@ -119,28 +119,13 @@ def endpoint_url(url: str, endpoint: Endpoint) -> str:
 
 
 def request_url(url: str, endpoint: Endpoint) -> str:
-    """The URL requests go to: scheme, host, port, path to the endpoint, query kept; user-info dropped."""
-    fix = "Pass the server's base URL, e.g. http://127.0.0.1:8000 or https://host/v1."
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port
-    except ValueError:
-        raise SpecError(f"{redact_url(url)!r} is not a valid URL.",
-                        "A port must be a number from 0 to 65535, and a host in [brackets] an IPv6 address.",
-                        fix) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SpecError(f"{redact_url(url)!r} is not an http(s) URL.",
-                        "gpuscout load sends OpenAI-compatible requests over HTTP.", fix)
-    if any(c in url for c in "\r\n\t ") or any(c in parts.hostname for c in "\r\n\t "):
-        raise SpecError(f"{redact_url(url)!r} has a space or a control character in it.",
-                        "It would end up in the request line and headers.", fix)
-    netloc = parts.hostname if port is None else f"{parts.hostname}:{port}"
-    if ":" in parts.hostname:
-        netloc = f"[{parts.hostname}]" + ("" if port is None else f":{port}")
+    """The URL requests go to: scheme, host, port, path to the endpoint, query kept; user-info dropped
+    (`wire.http_url`: ASCII on the wire)."""
+    parts = urlsplit(http_url(url, "Pass the server's base URL, e.g. http://127.0.0.1:8000 or https://host/v1."))
     path = parts.path.rstrip("/")
     if not path.endswith(tuple(PATHS.values())):
         path = (path if path.endswith("/v1") else path + "/v1") + PATHS[endpoint]
-    return urlunsplit((parts.scheme, netloc, path, parts.query, ""))
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
 @dataclass(slots=True)
@@ -197,7 +182,7 @@ async def run_load(url: str, model: str, workload: WorkloadLike, shape: LoadShap
     info = _RunInfo(shape, datetime.now(UTC), model, endpoint, stream, workload.tokenizer)
     if _info is not None:
         _info.append(info)
-    secrets = tuple(s for s in ((key or ""), *url_secrets(url)) if s)
+    secrets = tuple(s for s in ((key or ""), *url_secrets(url), *url_secrets(metrics_url or "")) if s)
     pool = Pool(Target.parse(target), min(timeout, CONNECT_TIMEOUT_S),
                 ssl.create_default_context() if target.startswith("https") else None)
     wire = Wire(pool, headers, endpoint == "chat", stream, endpoint == "images", timeout, secrets)
@@ -316,7 +301,7 @@ async def _phases(ctx: _Context, shape: LoadShape, workload: WorkloadLike, metri
     ctx.total = planned if shape.requests is not None or shape.rate_rps is not None else 0
     open_loop = shape.kind not in ("concurrency", "sessions")
     ctx.watch = monitor.Watch(metrics_url, ctx.wire.headers, ctx.wire.secrets, watch_saturation=open_loop,
-                              lives=ctx.lives)
+                              lives=ctx.lives, endpoint=ctx.wire.pool.target)
     await ctx.watch.before()
     if part is not None:
         ready = asyncio.get_running_loop().run_in_executor(None, part.ready)

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscout.loadgen.counts import ABSURD_PER_MAX_TOKENS
-from gpuscout.loadgen.redact import scrub
 from gpuscout.loadgen.sse import LineSplitter, OversizeLineError, parse_object, parse_read
 from gpuscout.loadgen.wire import Connection, Pool, StopReading, WireError
+from gpuscout.redact import scrub
 
 ERROR_BODY_S = 5.0  # an HTTP error's body gets this long to arrive; the status is the measurement
 SWEEP_S = 0.1  # how often requests in flight are checked against their timeout (`sweep`)

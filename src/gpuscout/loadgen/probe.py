@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuscout.errors import GpuscoutError, SpecError
-from gpuscout.loadgen.redact import redact_url, scrub, url_secrets
+from gpuscout.redact import redact_url, scrub, url_secrets
 from gpuscout.stats import Summary, summarize
 
 DEFAULT_UPLOAD_BYTES = 4 * 1024 * 1024  # large enough that the transfer outweighs the round trip on a LAN
