@@ -22,6 +22,7 @@ from gpuscout.cli.load import load as load_command
 from gpuscout.cli.report import report
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record, results_app
 from gpuscout.errors import GpuscoutError
+from gpuscout.report.escape import printable, screen_console
 
 app = typer.Typer(
     name="gpuscout",
@@ -292,7 +293,7 @@ def bench(
     stored = record("bench", payload, store=store, no_store=no_store)
     screen = bench_screen(report.result, report.estimate, report.output, wide=wide, stored_as=stored)
     if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
-        Console(stderr=True).print(screen)
+        screen_console(stderr=True).print(screen)
         raise typer.Exit(128 + report.stopped_by)
     _emit(lambda: payload, lambda: screen, as_json)
 
@@ -338,7 +339,7 @@ def compare(
     out = renderers[fmt](report.comparison, report.verdict, report.costs, notes=report.warnings, rates=report.rates,
                          currency=report.currency)
     if isinstance(out, str):
-        sys.stdout.write(out if out.endswith("\n") else out + "\n")
+        sys.stdout.write(printable(out if out.endswith("\n") else out + "\n"))
     else:
         _console().print(out)
 
@@ -399,7 +400,7 @@ def _emit(payload: Callable[[], Any], renderable: Callable[[], Any], as_json: bo
 
 
 def _console() -> Console:
-    return Console()
+    return screen_console()
 
 
 def _print_json(payload: Any) -> None:
@@ -416,7 +417,7 @@ def main() -> None:
     try:
         app()
     except GpuscoutError as exc:
-        sys.stderr.write(f"error: {exc.render()}\n")
+        sys.stderr.write(f"error: {printable(exc.render())}\n")  # it may quote a file or a server
         sys.exit(1)
     except BrokenPipeError:
         # Point stdout at /dev/null so the interpreter's final flush cannot raise again.

@@ -21,6 +21,7 @@ from gpuscout.loadgen.schedule import (
     ShapeKind,
     check_schedule_size,
 )
+from gpuscout.loadgen.workload import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS, MAX_WORKLOAD_TOKENS
 from gpuscout.results.schema import BillingType
 from gpuscout.workload.job import Slo
 
@@ -45,10 +46,10 @@ class LoadPlan(BaseModel):
     requests: int | None = Field(None, gt=0, le=MAX_REQUESTS_PER_LEVEL)  # measured requests per level
     duration_s: float | None = Field(None, gt=0)  # or run each level this long (in-flight requests cancelled)
     warmup: int = Field(0, ge=0, le=MAX_REQUESTS_PER_LEVEL)
-    prompt_tokens: int = Field(128, gt=0)
+    prompt_tokens: int = Field(128, gt=0, le=MAX_PROMPT_TOKENS)
     prompt_dist: PromptDistribution = "fixed"
-    prompt_spread: int = Field(0, ge=0)
-    output_tokens: int = Field(128, gt=0)
+    prompt_spread: int = Field(0, ge=0, le=MAX_PROMPT_TOKENS)
+    output_tokens: int = Field(128, gt=0, le=MAX_OUTPUT_TOKENS)
     dataset: Path | None = None  # JSONL prompts instead of synthetic ones
     tokenizer: str | None = None  # local tokenizer: exact prompts and token counts
     seed: int = 0
@@ -110,6 +111,12 @@ class LoadPlan(BaseModel):
             raise ValueError("--prefix-control compares shared prefixes with unshared ones: give --prefix-share")
         if self.endpoint == "images" and (self.sessions or self.trace):
             raise ValueError("image generations are single prompts: no --turns, --multi-turn or --trace")
+        if not (self.trace or self.sharegpt or self.dataset):  # synthetic prompts: their size, before they are built
+            total = self.prompts_needed * (self.prompt_tokens + self.prompt_spread)
+            if total > MAX_WORKLOAD_TOKENS:
+                raise ValueError(f"{self.prompts_needed:,} prompts of up to {self.prompt_tokens + self.prompt_spread:,} "
+                                 f"tokens are {total:,} tokens to build, more than the {MAX_WORKLOAD_TOKENS:,} a "
+                                 "workload may hold: lower --requests, --prompt-tokens or --prompt-spread")
         endpoint_url(self.url, self.endpoint)  # a malformed URL is refused before any work
         if self.metrics_url is not None:
             endpoint_url(self.metrics_url, self.endpoint)

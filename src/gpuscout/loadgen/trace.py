@@ -23,11 +23,10 @@ import random
 from pathlib import Path
 
 from gpuscout.errors import SpecError
-from gpuscout.loadgen.workload import Prompt, Workload, count_tokens, text_maker
+from gpuscout.loadgen.workload import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS, Prompt, Workload, count_tokens, text_maker
 from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, read_user_text
 
 BLOCK_TOKENS = 512  # tokens per hash id in the Mooncake traces (their README and AIPerf's loader)
-MAX_OUTPUT_TOKENS = 1_000_000
 FIX = 'Write one JSON object a line: {"timestamp": ms, "input_length": N, "output_length": M, "hash_ids": [...]}.'
 
 
@@ -86,7 +85,7 @@ def _row(entry: object, path: Path, number: int) -> tuple[float, int, int, tuple
     ids = entry.get("hash_ids", [])
     if not _number(stamp) or stamp < 0:  # type: ignore[operator]
         raise SpecError(f"{where}: timestamp {stamp!r} is not a time in ms ≥ 0.", "It is the request's arrival.", FIX)
-    for name, value, top in (("input_length", inp, 10_000_000), ("output_length", out, MAX_OUTPUT_TOKENS)):
+    for name, value, top in (("input_length", inp, MAX_PROMPT_TOKENS), ("output_length", out, MAX_OUTPUT_TOKENS)):
         if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= top):
             raise SpecError(f"{where}: {name} {value!r} is not a whole number of tokens from 1 to {top:,}.",
                             "Each request needs its prompt and output lengths.", FIX)

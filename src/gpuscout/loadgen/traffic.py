@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscout.errors import SpecError
-from gpuscout.loadgen.workload import Prompt, Workload, count_tokens, text_maker
+from gpuscout.loadgen.workload import Prompt, Workload, check_sizes, count_tokens, text_maker
 from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, read_user_text, replace_surrogates
 
 MAX_TURNS = 1000
@@ -54,10 +54,10 @@ def shared_prefix_workload(n: int, *, prompt_tokens: int, output_tokens: int, pr
 def conversation_workload(conversations: int, *, turns: int, prompt_tokens: int, output_tokens: int,
                           tokenizer_path: str | None = None, seed: int = 0) -> Workload:
     """`conversations` × `turns` synthetic user messages; turn k is sent with the k − 1 before it."""
-    _check(n=conversations, prompt_tokens=prompt_tokens, output_tokens=output_tokens, groups=1, share=0.0)
     if not 1 <= turns <= MAX_TURNS:
         raise SpecError(f"{turns} turns per conversation.", f"A conversation has 1 to {MAX_TURNS} turns.",
                         "Pass --turns between 1 and 1000.")
+    _check(n=conversations * turns, prompt_tokens=prompt_tokens, output_tokens=output_tokens, groups=1, share=0.0)
     make = text_maker(tokenizer_path)
     rng = random.Random(f"gpuscout-conversation-{seed}")
     prompts = [Prompt(text=make(prompt_tokens, rng), prompt_tokens=prompt_tokens, output_tokens=output_tokens)
@@ -120,11 +120,10 @@ def _human_turns(entry: Any) -> list[str]:
 
 
 def _check(*, n: int, prompt_tokens: int, output_tokens: int, groups: int, share: float) -> None:
-    for name, value in (("requests", n), ("prompt tokens", prompt_tokens), ("output tokens", output_tokens),
-                        ("prefix groups", groups)):
-        if value < 1:
-            raise SpecError(f"The number of {name} is {value}.", f"A workload needs at least one of {name}.",
-                            "Pass a value ≥ 1.")
+    check_sizes(n=n, prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+    if groups < 1:
+        raise SpecError(f"The number of prefix groups is {groups}.", "A workload needs at least one prefix group.",
+                        "Pass a value ≥ 1.")
     if not 0 <= share < 1:
         raise SpecError(f"The prefix share {share} is not in [0, 1).",
                         "It is the fraction of each prompt's tokens shared with its group; each prompt keeps some "

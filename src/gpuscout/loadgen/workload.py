@@ -28,6 +28,16 @@ from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, read_user_text
 
 Distribution = Literal["fixed", "uniform", "normal"]
 
+# The bounds on what a workload may ask for, checked in `check_sizes` before any prompt is built:
+# * prompt tokens: 10M, the longest context window an open model claims (Llama 4 Scout, Meta's model card);
+# * output tokens: 1M, past any served model's context window;
+# * all prompts together: 100M tokens, ~0.5 GB of text at ~5 bytes a token (and as much again in the
+#   workload file): a few GiB of memory at most while it is built, where an unchecked --prompt-tokens took 9 GB
+#   in two minutes. 100,000 requests of 1,000 tokens fit.
+MAX_PROMPT_TOKENS = 10_000_000
+MAX_OUTPUT_TOKENS = 1_000_000
+MAX_WORKLOAD_TOKENS = 100_000_000
+
 # Exact-length search: decode → re-encode can merge or split tokens at the seams, so the text is
 # trimmed or padded and checked again. It converges in one or two rounds for BPE/WordPiece/Unigram
 # vocabularies; the bound only stops a pathological tokenizer from looping forever.
@@ -75,7 +85,7 @@ class Workload(BaseModel):
 def synthetic_workload(n: int, *, prompt_tokens: int, output_tokens: int, distribution: Distribution = "fixed",
                        spread: int = 0, tokenizer_path: str | None = None, seed: int = 0) -> Workload:
     """`n` random prompts whose lengths follow `distribution` around `prompt_tokens`."""
-    _check_sizes(n=n, prompt_tokens=prompt_tokens, output_tokens=output_tokens, spread=spread)
+    check_sizes(n=n, prompt_tokens=prompt_tokens, output_tokens=output_tokens, spread=spread)
     lengths = prompt_lengths(n, prompt_tokens, distribution, spread, seed)
     # A second, independent stream for the text, so changing the lengths does not reshuffle words.
     text_rng = random.Random(f"gpuscout-text-{seed}")
@@ -103,8 +113,8 @@ def prompt_lengths(n: int, target: int, distribution: Distribution, spread: int,
             return [target] * n
         case "uniform":
             return [max(1, rng.randint(target - spread, target + spread)) for _ in range(n)]
-        case "normal":
-            return [max(1, round(rng.gauss(target, spread))) for _ in range(n)]
+        case "normal":  # the tail is cut at target + spread·6, so the sizes checked above bound every prompt
+            return [min(max(1, round(rng.gauss(target, spread))), target + 6 * spread) for _ in range(n)]
     raise SpecError(f"Unknown prompt length distribution {distribution!r}.",  # pragma: no cover - typed
                     "gpuscout draws prompt lengths from fixed, uniform or normal.",
                     "Pass --prompt-dist fixed, uniform or normal.")
@@ -120,7 +130,7 @@ def dataset_workload(path: Path, *, n: int | None, output_tokens: int, tokenizer
     """
     texts, repaired = _read_jsonl(path)
     count = len(texts) if n is None else n
-    _check_sizes(n=count, prompt_tokens=1, output_tokens=output_tokens, spread=0)
+    check_sizes(n=count, prompt_tokens=1, output_tokens=output_tokens, spread=0)
     rng = random.Random(seed)
     chosen: list[str] = []
     while len(chosen) < count:
@@ -159,13 +169,25 @@ def count_tokens(text: str, tokenizer_path: str | None) -> int | None:
     return _count(_load_tokenizer(tokenizer_path), text)
 
 
-def _check_sizes(*, n: int, prompt_tokens: int, output_tokens: int, spread: int) -> None:
-    for name, value, low in (("requests", n, 1), ("prompt tokens", prompt_tokens, 1),
-                             ("output tokens", output_tokens, 1), ("prompt spread", spread, 0)):
+def check_sizes(*, n: int, prompt_tokens: int, output_tokens: int, spread: int = 0) -> None:
+    """Counts and lengths within their bounds (above), each refused with the bound it broke."""
+    for name, value, low, top in (("requests", n, 1, None), ("prompt tokens", prompt_tokens, 1, MAX_PROMPT_TOKENS),
+                                  ("output tokens", output_tokens, 1, MAX_OUTPUT_TOKENS),
+                                  ("prompt spread", spread, 0, MAX_PROMPT_TOKENS)):
         if value < low:
             raise SpecError(f"The number of {name} is {value}.",
                             f"A workload needs {'at least one' if low else 'a non-negative number'} of {name}.",
                             f"Pass a value ≥ {low}.")
+        if top is not None and value > top:
+            raise SpecError(f"The number of {name} is {value:,}, more than the {top:,} gpuscout builds.",
+                            "No served model takes a longer prompt or answer, and building it would only fill "
+                            "memory.", f"Pass at most {top:,}.")
+    total = n * (prompt_tokens + spread)
+    if total > MAX_WORKLOAD_TOKENS:
+        raise SpecError(f"{n:,} prompts of up to {prompt_tokens + spread:,} tokens are {total:,} tokens to build, "
+                        f"more than the {MAX_WORKLOAD_TOKENS:,} a workload may hold.",
+                        "Every prompt is built in memory and written beside the result before the run.",
+                        "Ask for fewer requests (--requests) or shorter prompts (--prompt-tokens, --prompt-spread).")
 
 
 @lru_cache(maxsize=4)

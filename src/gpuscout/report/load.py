@@ -15,6 +15,7 @@ from gpuscout.loadgen.client import Progress
 from gpuscout.loadgen.schedule import LoadShape
 from gpuscout.loadgen.search import SearchResult
 from gpuscout.loadgen.session import workload_path
+from gpuscout.report.escape import screen_console
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.load_detail import detail_tables
 from gpuscout.report.numbers import common_unit, in_unit, money, percent, sig
@@ -26,7 +27,7 @@ def load_progress(shape: LoadShape) -> Iterator[Progress]:
     """A rich progress bar on stderr while one level runs."""
     from rich.progress import Progress as Bar
 
-    with Bar(console=Console(stderr=True), transient=True) as bar:
+    with Bar(console=screen_console(stderr=True), transient=True) as bar:
         task = bar.add_task(f"load {shape.kind}", total=shape.requests)
 
         def update(done: int, total: int) -> None:
@@ -40,7 +41,7 @@ def load_warnings(result: BenchResult, console: Console) -> None:
     for case in result.cases:
         for note in case.notes:
             if note.startswith("invalid:") or note.startswith("every request failed"):
-                console.print(f"[yellow]warning:[/] {case.name}: {note}", highlight=False)
+                console.print(Text.assemble(("warning:", "yellow"), f" {case.name}: {note}"), highlight=False)
 
 
 FORMULAS = ("ttft = first content chunk − send", "e2e = last content chunk − send",
