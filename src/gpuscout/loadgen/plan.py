@@ -112,9 +112,10 @@ class LoadPlan(BaseModel):
         if self.endpoint == "images" and (self.sessions or self.trace):
             raise ValueError("image generations are single prompts: no --turns, --multi-turn or --trace")
         if not (self.trace or self.sharegpt or self.dataset):  # synthetic prompts: their size, before they are built
-            total = self.prompts_needed * (self.prompt_tokens + self.prompt_spread)
+            longest = self.prompt_tokens + self.prompt_spread
+            total = self.prompts_needed * longest
             if total > MAX_WORKLOAD_TOKENS:
-                raise ValueError(f"{self.prompts_needed:,} prompts of up to {self.prompt_tokens + self.prompt_spread:,} "
+                raise ValueError(f"{self.prompts_needed:,} prompts of up to {longest:,} "
                                  f"tokens are {total:,} tokens to build, more than the {MAX_WORKLOAD_TOKENS:,} a "
                                  "workload may hold: lower --requests, --prompt-tokens or --prompt-spread")
         endpoint_url(self.url, self.endpoint)  # a malformed URL is refused before any work
