@@ -19,7 +19,7 @@ Tabs and newlines stay: tables and notes are laid out with them.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from rich.console import Console, ConsoleOptions, ConsoleRenderable, RenderHook, RenderResult
 from rich.segment import Segment
@@ -50,7 +50,7 @@ class _Printable:
         yield from _clean(console.render(self.inner, options))
 
 
-def _clean(segments: Iterator[Segment]) -> Iterator[Segment]:
+def _clean(segments: Iterable[Segment]) -> Iterator[Segment]:
     for segment in segments:
         if segment.control or not _CONTROL.search(segment.text):
             yield segment
