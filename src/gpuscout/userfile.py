@@ -174,6 +174,49 @@ def decode_user_text(data: bytes, where: str, fix: str) -> str:
         ) from None
 
 
+def user_lines(path: Path, what: str, fix: str, *, max_bytes: int = MAX_SPEC_BYTES) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of a regular UTF-8 file of at most `max_bytes`, read 1 MiB at a time.
+
+    For the large files only part of which is used (a dataset sampled, a trace cut at --requests): memory
+    holds one chunk and the line being assembled, never the file. Lines end at "\n" (a "\r" before it is
+    dropped), as JSON Lines defines them; a byte that is not UTF-8 is reported by its line number."""
+    with open_user_file(path, what, fix) as (handle, size):
+        if size > max_bytes:
+            raise _too_big(path, what, max_bytes)
+        total, number = 0, 0
+        pending: list[bytes] = []
+        while True:
+            try:
+                chunk = handle.read(_CHUNK_BYTES)
+            except OSError as exc:
+                raise _os_error(path, what, fix, exc) from None
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > max_bytes:  # the file grew past the cap while it was read
+                raise _too_big(path, what, max_bytes)
+            start = 0
+            while (end := chunk.find(b"\n", start)) != -1:
+                pending.append(chunk[start:end])
+                number += 1
+                yield number, _line_text(b"".join(pending), f"The {what} {path}", fix, number)
+                pending, start = [], end + 1
+            pending.append(chunk[start:])
+        if any(pending):
+            yield number + 1, _line_text(b"".join(pending), f"The {what} {path}", fix, number + 1)
+
+
+def _line_text(data: bytes, where: str, fix: str, number: int) -> str:
+    try:
+        return data.removesuffix(b"\r").decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(
+            f"{where} is not UTF-8 text: an invalid byte on line {number}.",
+            "gpuscout reads user files as UTF-8 (lone surrogates and other encodings are refused).",
+            f"Save the file as UTF-8. {fix}",
+        ) from None
+
+
 def read_user_text(path: Path, what: str, fix: str, *, max_bytes: int = MAX_SPEC_BYTES) -> str:
     """The file's UTF-8 text; a missing, special, oversized, unreadable or non-UTF-8 file is a SpecError."""
     return decode_user_text(read_user_bytes(path, what, fix, max_bytes=max_bytes), f"The {what} {path}", fix)

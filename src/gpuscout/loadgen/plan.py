@@ -7,6 +7,7 @@ so the run itself never starts on a plan that cannot work.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
@@ -148,6 +149,17 @@ class LoadPlan(BaseModel):
     def prompts_needed(self) -> int:
         """Prompts to prepare: every measured request plus the warm-up (reused cyclically if short)."""
         return (self.requests or 256) + self.warmup
+
+    @property
+    def prompts_sampled(self) -> int:
+        """Prompts to draw from a dataset: one per request the plan can send (a rate's whole duration), at
+        most a level's cap, so a large file gives a run its own sample instead of all its entries."""
+        if self.requests is not None:
+            return self.requests + self.warmup
+        if self.rate is not None and self.duration_s is not None:
+            fastest = max((*self.sweep, self.rate))
+            return min(MAX_REQUESTS_PER_LEVEL, math.ceil(fastest * self.duration_s)) + self.warmup
+        return MAX_REQUESTS_PER_LEVEL + self.warmup
 
 
 def make_plan(**options: Any) -> LoadPlan:

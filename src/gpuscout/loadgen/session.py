@@ -204,7 +204,7 @@ def build_workload(plan: LoadPlan, *, unshared: bool = False) -> Workload:
         return sharegpt_workload(plan.sharegpt, output_tokens=plan.output_tokens, tokenizer_path=plan.tokenizer,
                                  seed=plan.seed, multi_turn=plan.multi_turn)
     if plan.dataset is not None:
-        return dataset_workload(plan.dataset, n=None, output_tokens=plan.output_tokens,
+        return dataset_workload(plan.dataset, n=None, at_most=plan.prompts_sampled, output_tokens=plan.output_tokens,
                                 tokenizer_path=plan.tokenizer, seed=plan.seed)
     if plan.turns is not None:
         users = max((int(x) for x in plan.sweep), default=plan.concurrency or 1)

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from gpuscout.errors import MissingDependencyError, SpecError
 from gpuscout.outfile import write_atomic
-from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, read_user_text, replace_surrogates
+from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, replace_surrogates, user_lines
 
 Distribution = Literal["fixed", "uniform", "normal"]
 
@@ -121,30 +121,36 @@ def prompt_lengths(n: int, target: int, distribution: Distribution, spread: int,
 
 
 def dataset_workload(path: Path, *, n: int | None, output_tokens: int, tokenizer_path: str | None,
-                     seed: int) -> Workload:
+                     seed: int, at_most: int | None = None) -> Workload:
     """Prompts from a JSONL file, one object a line with "prompt", "text" or chat "messages".
 
-    The entries are shuffled with the seed; `n` larger than the file cycles through further seeded
-    shuffles, `n = None` takes every entry once. For "messages" the first user message is the prompt
-    (as vLLM's ShareGPT loader takes the first human turn).
+    The file is streamed: every line is checked, and at most `n` (or `at_most`) of its entries are kept, a
+    seeded uniform sample (reservoir sampling, Vitter's Algorithm R) in a seeded random order, so a run of
+    100 requests holds 100 prompts whatever the file's size. A file with fewer entries gives each once,
+    shuffled; `n` larger than that cycles through further seeded shuffles to `n` prompts, while `at_most`
+    (and `n = None`) leaves the cycling to the client, which reuses prompts when it sends more requests.
+    For "messages" the first user message is the prompt (as vLLM's ShareGPT loader takes the first human turn).
     """
-    texts, repaired = _read_jsonl(path)
-    count = len(texts) if n is None else n
-    check_sizes(n=count, prompt_tokens=1, output_tokens=output_tokens, spread=0)
+    keep = n if n is not None else at_most
+    if keep is not None:
+        check_sizes(n=keep, prompt_tokens=1, output_tokens=output_tokens, spread=0)
     rng = random.Random(seed)
-    chosen: list[str] = []
-    while len(chosen) < count:
-        order = list(range(len(texts)))
-        rng.shuffle(order)
-        chosen += [texts[i] for i in order[: count - len(chosen)]]
+    chosen, total, repaired = _sample_jsonl(path, keep, rng)
+    texts = list(chosen)
+    while n is not None and len(chosen) < n:
+        rng.shuffle(texts)
+        chosen += texts[: n - len(chosen)]
     tokenizer = _load_tokenizer(tokenizer_path) if tokenizer_path else None
     prompts = tuple(Prompt(text=text, prompt_tokens=_count(tokenizer, text) if tokenizer else len(text.split()),
                            output_tokens=output_tokens) for text in chosen)
     counted = f"tokenizer {tokenizer_path}" if tokenizer_path else "approximate: words, no tokenizer"
     mean = sum(p.prompt_tokens for p in prompts) / len(prompts)
     note = f"; {repaired} with broken surrogate escapes repaired to U+FFFD" if repaired else ""
+    how = "from" if len(prompts) == total else f"sampled from the {total:,} of" if len(prompts) < total \
+        else f"cycling through the {total:,} of"
+    taken = f"{len(prompts)} prompts {how}"
     return Workload(prompts=prompts, source=str(path), seed=seed, tokenizer=tokenizer_path,
-                    description=f"{count} prompts from {path} (mean {mean:.0f} prompt tokens, {counted}{note}), "
+                    description=f"{taken} {path} (mean {mean:.0f} prompt tokens, {counted}{note}), "
                                 f"output {output_tokens}, seed {seed}")
 
 
@@ -249,31 +255,37 @@ def _exact_text(tokenizer: Any, pool: list[int], target: int, rng: random.Random
                     "Use a different --prompt-tokens, or drop --tokenizer for approximate lengths.")
 
 
-def _read_jsonl(path: Path) -> tuple[list[str], int]:
-    """The prompts of a JSONL dataset and how many had unpaired surrogates replaced.
+def _sample_jsonl(path: Path, n: int | None, rng: random.Random) -> tuple[list[str], int, int]:
+    """(`n` prompts sampled from a JSONL dataset in a random order, the entries it holds, how many of the kept
+    ones had unpaired surrogates replaced).
 
-    The file is read through gpuscout.userfile: a regular file of at most 1 GiB of UTF-8, each line
-    nested at most 64 levels. Other fields may hold anything (NaN included); only the prompt is
-    used. A prompt with an unpaired surrogate escape (half of an emoji, common in scraped chat
-    logs) gets U+FFFD in its place: it could not be sent as UTF-8, and one broken character should
-    not stop a load test of a large dataset.
+    The file is read through gpuscout.userfile, line by line: a regular file of at most 1 GiB of UTF-8,
+    each line nested at most 64 levels. Other fields may hold anything (NaN included); only the prompt is
+    used. A prompt with an unpaired surrogate escape (half of an emoji, common in scraped chat logs) gets
+    U+FFFD in its place: it could not be sent as UTF-8, and one broken character should not stop a load
+    test of a large dataset.
     """
     fix = 'Write one JSON object a line: {"prompt": "..."}, {"text": "..."} or {"messages": [{"role": "user", ...}]}.'
-    text = read_user_text(path, "dataset", fix, max_bytes=MAX_DATASET_BYTES)
-    prompts: list[str] = []
-    repaired = 0
-    for number, line in enumerate(text.splitlines(), start=1):
+    kept: list[str] = []
+    total = 0
+    for number, line in user_lines(path, "dataset", fix, max_bytes=MAX_DATASET_BYTES):
         if not line.strip():
             continue
         entry = parse_user_json(line, f"{path} line {number}", "A dataset is JSON Lines: one JSON object on each "
                                 f"line. {fix}", finite=False, surrogates=True)
         prompt = _entry_text(entry, path, number, fix)
-        clean = replace_surrogates(prompt)
-        repaired += clean != prompt
-        prompts.append(clean)
-    if not prompts:
+        total += 1
+        if n is None or len(kept) < n:
+            kept.append(prompt)
+        else:  # Algorithm R: the total-th entry replaces a kept one with probability n / total
+            slot = rng.randrange(total)
+            if slot < n:
+                kept[slot] = prompt
+    if not kept:
         raise SpecError(f"{path} has no prompts.", "The dataset file is empty.", fix)
-    return prompts, repaired
+    rng.shuffle(kept)
+    clean = [replace_surrogates(p) for p in kept]
+    return clean, total, sum(c != p for c, p in zip(clean, kept, strict=True))
 
 
 def _entry_text(entry: object, path: Path, number: int, fix: str) -> str:
