@@ -69,7 +69,7 @@ def read_trace(path: Path, limit: int | None = None) -> list[tuple[float, int, i
 
     The file is streamed and read only as far as needed: `limit` requests, and one line past the most a
     level replays (`MAX_REQUESTS_PER_LEVEL`) is refused at once, before any prompt is built."""
-    rows = []
+    rows: list[tuple[float, int, int, tuple[int, ...]]] = []
     for number, line in user_lines(path, "trace", FIX, max_bytes=MAX_DATASET_BYTES):
         if not line.strip():
             continue
