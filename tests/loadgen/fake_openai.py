@@ -63,7 +63,7 @@ class FakeConfig:
     max_running: int | None = None  # serve this many at once; the rest wait (a server that can saturate)
     metrics_page: str | None = None  # served at /metrics instead of the honest page (a broken or hostile exporter)
     images_returned: int | None = None  # images in every answer, whatever `n` asked (a server that lies)
-    reply_text: str | None = None  # the content of every answer instead of tokens (control characters, …)
+    metrics_status: int = 200  # the /metrics page's HTTP status (its body is the page all the same)
 
 
 @dataclass(slots=True)
@@ -174,7 +174,7 @@ async def _respond(server: FakeServer, writer: asyncio.StreamWriter, method: str
         server.scrapes += 1
         server.scrape_auth.append(headers.get("authorization"))
         page = server.config.metrics_page
-        return await _text(writer, server.metrics_text() if page is None else page)
+        return await _text(writer, server.metrics_text() if page is None else page, server.config.metrics_status)
     route = path.split("?", 1)[0]
     if method == "POST" and route == "/v1/images/generations":
         return await _images(server, writer, json.loads(body), path, received)
@@ -331,10 +331,10 @@ async def _images(server: FakeServer, writer: asyncio.StreamWriter, req: dict[st
     return keep
 
 
-async def _text(writer: asyncio.StreamWriter, text: str) -> bool:
+async def _text(writer: asyncio.StreamWriter, text: str, status: int = 200) -> bool:
     data = text.encode()
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n%s" % (
-        len(data), data))
+    writer.write(b"HTTP/1.1 %d OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n%s" % (
+        status, len(data), data))
     await writer.drain()
     return True
 
