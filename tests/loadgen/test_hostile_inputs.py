@@ -28,6 +28,7 @@ from gpuscout.loadgen.probe import probe
 from gpuscout.loadgen.probe_case import network_case
 from gpuscout.loadgen.server_metrics import MAX_COUNT
 from gpuscout.loadgen.session import workload_path
+from gpuscout.loadgen.sse import read_usage
 from gpuscout.loadgen.trace import read_trace
 from gpuscout.loadgen.workload import MAX_WORKLOAD_TOKENS, dataset_workload
 from gpuscout.redact import redact_url
@@ -113,6 +114,18 @@ def test_an_image_answer_with_more_images_than_asked_is_not_counted() -> None:
     metrics = {m.name: m for m in case.metrics}
     assert metrics["errors_malformed_response"].value == 3 and metrics["images_per_s"].value == 0
     assert any(n.startswith("invalid:") for n in case.notes)
+
+
+@pytest.mark.parametrize("count", [10**400, 1e300, 10**10])
+def test_a_usage_count_past_any_request_makes_the_run_invalid_and_the_result_valid(tmp_path: Path,
+                                                                                   count: float) -> None:
+    assert read_usage({"prompt_tokens": count}).impossible.startswith("usage.prompt_tokens is ")
+    out = tmp_path / "r.json"
+    with serve_in_thread(FakeConfig(usage_completion=count)) as srv:
+        api.load(make_plan(url=srv.url, model="m", runs=1, concurrency=1, requests=3, output_tokens=4), output=out)
+    case = load_result(out).cases[0]
+    assert any("more than the 1,000,000,000 tokens a request holds" in n and n.startswith("invalid:")
+               for n in case.notes)
 
 
 # ------------------------------------------------------------------------- numbers from options

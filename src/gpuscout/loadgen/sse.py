@@ -441,6 +441,11 @@ class Usage(NamedTuple):
 NO_USAGE = Usage(None, None, None, None, None)
 
 
+# One request's tokens: 100× the longest context window an open model claims (10^7, Llama 4 Scout), so no honest
+# count comes near it, and sums of any run's counts stay far inside a result's ±1e30.
+MAX_USAGE_TOKENS = 10**9
+
+
 def read_usage(raw: object) -> Usage:
     """Check a server's `usage` once per request: non-negative integers are kept, anything else is not."""
     if raw is None:
@@ -469,6 +474,9 @@ def _count(obj: dict[str, Any], name: str) -> tuple[int | None, str | None, str 
         return None, None, f"usage.{name} is {value!r}, not a whole number"
     if value < 0:
         return None, None, f"usage.{name} is negative ({str(value)[:24]})"
+    if value > MAX_USAGE_TOKENS:
+        shown = f"a {len(str(value))}-digit number" if isinstance(value, int) and value >= 10**24 else f"{value:.6g}"
+        return None, None, f"usage.{name} is {shown}, more than the {MAX_USAGE_TOKENS:,} tokens a request holds"
     return int(value), None, None
 
 
