@@ -42,8 +42,7 @@ ESC = "\x1b]0;owned\x07\x1b[2J\u202e"
 
 
 def gpuscout(*args: str) -> subprocess.CompletedProcess[str]:
-    """The CLI of this tree (PYTHONPATH: the checkout's src, whatever copy the environment installed)."""
-    env = {"COLUMNS": "120", "PATH": "/usr/bin:/bin", "MY_KEY": KEY, "PYTHONPATH": str(ROOT / "src")}
+    env = {"COLUMNS": "120", "PATH": "/usr/bin:/bin", "MY_KEY": KEY}  # + this checkout's src (tests/conftest.py)
     return subprocess.run([sys.executable, "-m", "gpuscout", *args], capture_output=True, text=True, timeout=120,
                           cwd=ROOT, env=env)
 
