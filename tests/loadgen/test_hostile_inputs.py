@@ -115,7 +115,7 @@ def test_an_image_answer_with_more_images_than_asked_is_not_counted() -> None:
     assert any(n.startswith("invalid:") for n in case.notes)
 
 
-@pytest.mark.parametrize("count", [10**400, 1e300, 10**10])
+@pytest.mark.parametrize("count", [10**400, 1e300, 2**60])
 def test_a_usage_count_past_any_request_makes_the_run_invalid_and_the_result_valid(tmp_path: Path,
                                                                                    count: float) -> None:
     assert read_usage({"prompt_tokens": count}).impossible.startswith("usage.prompt_tokens is ")
@@ -123,7 +123,7 @@ def test_a_usage_count_past_any_request_makes_the_run_invalid_and_the_result_val
     with serve_in_thread(FakeConfig(usage_completion=count)) as srv:
         api.load(make_plan(url=srv.url, model="m", runs=1, concurrency=1, requests=3, output_tokens=4), output=out)
     case = load_result(out).cases[0]
-    assert any("more than the 1,000,000,000 tokens a request holds" in n and n.startswith("invalid:")
+    assert any("(2^53) a count may be" in n and n.startswith("invalid:")
                for n in case.notes)
 
 

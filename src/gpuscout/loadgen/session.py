@@ -202,7 +202,7 @@ def build_workload(plan: LoadPlan, *, unshared: bool = False) -> Workload:
         return trace_workload(plan.trace, tokenizer_path=plan.tokenizer, seed=plan.seed, limit=plan.requests)
     if plan.sharegpt is not None:
         return sharegpt_workload(plan.sharegpt, output_tokens=plan.output_tokens, tokenizer_path=plan.tokenizer,
-                                 seed=plan.seed, multi_turn=plan.multi_turn)
+                                 seed=plan.seed, multi_turn=plan.multi_turn, at_most=plan.prompts_sampled)
     if plan.dataset is not None:
         return dataset_workload(plan.dataset, n=None, at_most=plan.prompts_sampled, output_tokens=plan.output_tokens,
                                 tokenizer_path=plan.tokenizer, seed=plan.seed)

@@ -441,9 +441,10 @@ class Usage(NamedTuple):
 NO_USAGE = Usage(None, None, None, None, None)
 
 
-# One request's tokens: 100× the longest context window an open model claims (10^7, Llama 4 Scout), so no honest
-# count comes near it, and sums of any run's counts stay far inside a result's ±1e30.
-MAX_USAGE_TOKENS = 10**9
+# The largest count read at all: 2^53, past which a float cannot hold a whole number exactly. Counts below it that
+# are still absurd (more than max_tokens asked for) are judged against the stream by `counts`; above it a count
+# (10^400 in a hostile usage) could overflow a sum or reach a result past its ±1e30, so it is impossible here.
+MAX_USAGE_TOKENS = 2**53
 
 
 def read_usage(raw: object) -> Usage:
@@ -476,7 +477,7 @@ def _count(obj: dict[str, Any], name: str) -> tuple[int | None, str | None, str 
         return None, None, f"usage.{name} is negative ({str(value)[:24]})"
     if value > MAX_USAGE_TOKENS:
         shown = f"a {len(str(value))}-digit number" if isinstance(value, int) and value >= 10**24 else f"{value:.6g}"
-        return None, None, f"usage.{name} is {shown}, more than the {MAX_USAGE_TOKENS:,} tokens a request holds"
+        return None, None, f"usage.{name} is {shown}, more than the {MAX_USAGE_TOKENS:,} (2^53) a count may be"
     return int(value), None, None
 
 

@@ -24,7 +24,7 @@ from typing import Any
 
 from gpuscout.errors import SpecError
 from gpuscout.loadgen.workload import Prompt, Workload, check_sizes, count_tokens, text_maker
-from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, read_user_text, replace_surrogates
+from gpuscout.userfile import MAX_DATASET_BYTES, replace_surrogates, user_json_items
 
 MAX_TURNS = 1000
 
@@ -70,18 +70,30 @@ def conversation_workload(conversations: int, *, turns: int, prompt_tokens: int,
 
 
 def sharegpt_workload(path: Path, *, output_tokens: int, tokenizer_path: str | None, seed: int,
-                      multi_turn: bool) -> Workload:
-    """The human turns of a ShareGPT-style JSON file, shuffled with the seed: first turns or whole conversations."""
+                      multi_turn: bool, at_most: int | None = None) -> Workload:
+    """The human turns of a ShareGPT-style JSON file, shuffled with the seed: first turns or whole conversations.
+
+    The file is streamed conversation by conversation, and with `at_most` a seeded uniform sample of that many
+    conversations is kept (reservoir sampling), so a run holds what it can send, not the whole file."""
     fix = ('Pass a JSON list of {"conversations": [{"from": "human", "value": "..."}, {"from": "gpt", ...}]} '
            '(ShareGPT), or of {"messages": [{"role": "user", "content": "..."}]}.')
-    entries = parse_user_json(read_user_text(path, "ShareGPT dataset", fix, max_bytes=MAX_DATASET_BYTES), str(path),
-                              "A ShareGPT file is one JSON list of conversations.", finite=False, surrogates=True)
-    if not isinstance(entries, list):
-        raise SpecError(f"{path} is not a JSON list.", "A ShareGPT file is a list of conversations.", fix)
-    talks = [t for t in (_human_turns(e) for e in entries) if t]
+    rng = random.Random(seed)
+    talks: list[list[str]] = []
+    total = 0
+    for entry in user_json_items(path, "ShareGPT dataset", fix, max_bytes=MAX_DATASET_BYTES):
+        talk = _human_turns(entry)
+        if not talk:
+            continue
+        total += 1
+        if at_most is None or len(talks) < at_most:
+            talks.append(talk)
+        else:  # Algorithm R: the total-th conversation replaces a kept one with probability at_most / total
+            slot = rng.randrange(total)
+            if slot < at_most:
+                talks[slot] = talk
     if not talks:
         raise SpecError(f"{path} has no conversation with a human turn.", "Each prompt is a human turn.", fix)
-    random.Random(seed).shuffle(talks)
+    rng.shuffle(talks)
     prompts: list[Prompt] = []
     order: list[tuple[int, ...]] = []
     for talk in talks:
@@ -91,6 +103,8 @@ def sharegpt_workload(path: Path, *, output_tokens: int, tokenizer_path: str | N
         order.append(tuple(range(start, len(prompts))))
     counted = f"tokenizer {tokenizer_path}" if tokenizer_path else "approximate: words, no tokenizer"
     what = f"{len(order)} conversations ({len(prompts)} human turns)" if multi_turn else f"{len(prompts)} first turns"
+    if len(talks) < total:
+        what += f" of {len(talks):,} conversations sampled from its {total:,}"
     return Workload(prompts=tuple(prompts), source=str(path), seed=seed, tokenizer=tokenizer_path,
                     conversations=tuple(order) if multi_turn else (),
                     description=f"{what} from ShareGPT file {path} ({counted}), output {output_tokens}, seed {seed}")

@@ -59,7 +59,7 @@ def http_url(url: str, fix: str) -> str:
                         "A port must be a number from 0 to 65535, and a host in [brackets] an IPv6 address.",
                         fix) from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SpecError(f"{shown} is not an http(s) URL.", "gpuscout talks to servers over HTTP.", fix)
+        raise SpecError(f"{shown} is not an http or https URL.", "gpuscout talks to servers over HTTP.", fix)
     if any(c in url for c in "\r\n\t ") or any(not c.isprintable() for c in url):
         raise SpecError(f"{shown} has a space or a control character in it.",
                         "It would end up in the request line and headers.", fix)
