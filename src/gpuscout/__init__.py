@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 # Every public name, once, under the module that defines it: `__all__` and the lazy imports both
 # come from here. The api's names are `gpuscout.api.__all__` (tests/test_api.py holds them equal);
-# the rest are the types and option builders its calls take.
+# the rest are the types and option builders its calls take and return.
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "gpuscout.api": (
         "BenchReport", "CalibrateReport", "CompareReport", "CostReport", "DoctorReport", "EstimateReport",
@@ -29,9 +29,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "pick", "probe", "record_run", "report_inputs", "show_result", "store_path", "where_rented",
     ),
     "gpuscout.loadgen.plan": ("LoadPlan", "make_plan"),
+    "gpuscout.loadgen.probe": ("ProbeResult",),
     "gpuscout.measure.harness": ("BenchSettings", "bench_settings"),
     "gpuscout.workload.job": ("FinetuneJob", "ImageJob", "InferenceJob", "VideoJob"),
     "gpuscout.cost.billing": ("CostOptions",),
+    "gpuscout.results.schema": ("BenchResult",),
+    "gpuscout.results.database": ("StoredRun",),
     "gpuscout.errors": ("GpuscoutError",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -44,8 +47,11 @@ if TYPE_CHECKING:  # for type checkers, which cannot read the table; tests/test_
     from gpuscout.errors import GpuscoutError as GpuscoutError
     from gpuscout.loadgen.plan import LoadPlan as LoadPlan
     from gpuscout.loadgen.plan import make_plan as make_plan
+    from gpuscout.loadgen.probe import ProbeResult as ProbeResult
     from gpuscout.measure.harness import BenchSettings as BenchSettings
     from gpuscout.measure.harness import bench_settings as bench_settings
+    from gpuscout.results.database import StoredRun as StoredRun
+    from gpuscout.results.schema import BenchResult as BenchResult
     from gpuscout.workload.job import FinetuneJob as FinetuneJob
     from gpuscout.workload.job import ImageJob as ImageJob
     from gpuscout.workload.job import InferenceJob as InferenceJob
