@@ -85,7 +85,7 @@ def test_a_budget_is_in_the_display_currency(cny_sheet: Path) -> None:
 
 @pytest.mark.parametrize("budget", [0.0, -300.0, float("nan")])
 def test_a_budget_must_be_a_positive_amount(cny_sheet: Path, budget: float) -> None:
-    with pytest.raises(SpecError, match="^budget .* is not a positive amount") as err:
+    with pytest.raises(SpecError, match=r"^budget .* is not a positive amount") as err:
         api.pick(JOB, offers=cny_sheet, fx=["CNY=0.14"], currency="CNY", budget=budget, today=TODAY)
     assert "CNY" in err.value.why
 
