@@ -10,15 +10,13 @@ meta device; `tests/workload/test_image.py` rebuilds them and keeps them honest.
 from __future__ import annotations
 
 import functools
-import json
-import tomllib
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any, Literal, Self
 
 from pydantic import model_validator
 
-from gpuscout.workload.preset_names import alias_table, resolve_preset
+from gpuscout.workload.preset_names import alias_table, component_configs, preset_files, resolve_preset
 from gpuscout.workload.shape import DTYPE_BYTES, Frozen
 
 
@@ -129,10 +127,7 @@ def load_image_preset(preset_id: str) -> ImageModelShape:
 def image_component_configs(preset_id: str) -> dict[str, dict[str, Any]]:
     """The stored config.json of each component, keyed by component name (a fresh copy per call)."""
     preset = _presets()[_resolve(preset_id)]
-    return {
-        c.name: json.loads((_preset_dir() / f"{preset.id}.{c.name}.json").read_text(encoding="utf-8"))
-        for c in preset.shape.components
-    }
+    return component_configs(_preset_dir(), preset.id, (c.name for c in preset.shape.components))
 
 
 def _preset_dir() -> Traversable:
@@ -141,8 +136,7 @@ def _preset_dir() -> Traversable:
 
 @functools.cache
 def _presets() -> dict[str, ImagePreset]:
-    files = sorted((f for f in _preset_dir().iterdir() if f.name.endswith(".toml")), key=lambda f: f.name)
-    presets = [ImagePreset.model_validate(tomllib.loads(f.read_text(encoding="utf-8"))) for f in files]
+    presets = [ImagePreset.model_validate(data) for data in preset_files(_preset_dir())]
     return {p.id: p for p in presets}
 
 

@@ -14,8 +14,6 @@ DiT cuts each latent frame into (H / 8 / patch) × (W / 8 / patch) tokens (docs/
 from __future__ import annotations
 
 import functools
-import json
-import tomllib
 from importlib import resources
 from importlib.resources.abc import Traversable
 from typing import Any, Literal, Self
@@ -23,7 +21,7 @@ from typing import Any, Literal, Self
 from pydantic import model_validator
 
 from gpuscout.errors import SpecError
-from gpuscout.workload.preset_names import alias_table, normalize, resolve_preset
+from gpuscout.workload.preset_names import alias_table, component_configs, normalize, preset_files, resolve_preset
 from gpuscout.workload.shape import DTYPE_BYTES, Frozen
 
 
@@ -175,10 +173,7 @@ def load_video_preset(preset_id: str) -> VideoModelShape:
 def video_component_configs(preset_id: str) -> dict[str, dict[str, Any]]:
     """The stored config.json of each component, keyed by component name (a fresh copy per call)."""
     preset = _presets()[_resolve(preset_id)]
-    return {
-        c.name: json.loads((_preset_dir() / f"{preset.id}.{c.name}.json").read_text(encoding="utf-8"))
-        for c in preset.shape.components
-    }
+    return component_configs(_preset_dir(), preset.id, (c.name for c in preset.shape.components))
 
 
 def check_video_size(shape: VideoModelShape, width: int, height: int, frames: int) -> None:
@@ -215,8 +210,7 @@ def _preset_dir() -> Traversable:
 
 @functools.cache
 def _presets() -> dict[str, VideoPreset]:
-    files = sorted((f for f in _preset_dir().iterdir() if f.name.endswith(".toml")), key=lambda f: f.name)
-    presets = [VideoPreset.model_validate(tomllib.loads(f.read_text(encoding="utf-8"))) for f in files]
+    presets = [VideoPreset.model_validate(data) for data in preset_files(_preset_dir())]
     return {p.id: p for p in presets}
 
 
