@@ -85,10 +85,6 @@ class Served:
     cached_tokens: int = 0  # of them, found in the prefix cache
     images: int = 0
 
-    @property
-    def first_write_s(self) -> float | None:
-        return self.writes_s[0] if self.writes_s else None
-
 
 @dataclass
 class FakeServer:
@@ -98,7 +94,6 @@ class FakeServer:
     records: list[Served] = field(default_factory=list)
     blocks: set[tuple[str, ...]] = field(default_factory=set)  # cached prefixes, block-aligned
     running: int = 0
-    scrapes: int = 0
     gate: asyncio.Semaphore | None = None
 
     def metrics_text(self) -> str:
@@ -169,7 +164,6 @@ async def _respond(server: FakeServer, writer: asyncio.StreamWriter, method: str
     if method == "GET" and path == "/health":
         return await _plain(writer, 200, {"status": "ok"})
     if method == "GET" and path == "/metrics":
-        server.scrapes += 1
         return await _text(writer, server.metrics_text())
     route = path.split("?", 1)[0]
     if method == "POST" and route == "/v1/images/generations":

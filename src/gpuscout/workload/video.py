@@ -21,7 +21,7 @@ from typing import Any, Literal, Self
 from pydantic import model_validator
 
 from gpuscout.errors import SpecError
-from gpuscout.workload.preset_names import alias_table, component_configs, normalize, preset_files, resolve_preset
+from gpuscout.workload.preset_names import alias_table, component_configs, preset_files, resolve_preset
 from gpuscout.workload.shape import DTYPE_BYTES, Frozen
 
 
@@ -159,10 +159,6 @@ class VideoPreset(Frozen):
 def video_preset_ids() -> tuple[str, ...]:
     """Canonical ids of the bundled video-model presets."""
     return tuple(_presets())
-
-
-def is_video_preset(ref: str) -> bool:
-    return normalize(ref) in _alias_table()
 
 
 def load_video_preset(preset_id: str) -> VideoModelShape:
