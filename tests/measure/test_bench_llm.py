@@ -34,19 +34,7 @@ CONFIG: dict[str, Any] = json.loads((EXAMPLES / "tiny-llama" / "config.json").re
 FAST = BenchSettings(device="cpu", warmup=1, repeats=3)
 FINETUNE_METRICS = {"step_s", "tokens_per_s", "samples_per_s", "job_s", "achieved_tflops"}
 INFERENCE_METRICS = {"ttft_s", "tpot_s", "e2e_s", "output_tokens_per_s", "prefill_tokens_per_s"}
-
-
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """One torch thread, here and in spawned cases: other test processes share this machine's cores,
-    and competing OpenMP threads slow tiny CPU steps many times over (correctness is tested, not speed)."""
-    import torch
-
-    before = torch.get_num_threads()
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def finetune(**fields: Any) -> FinetuneJob:
