@@ -149,7 +149,7 @@ def test_qlora_and_8bit_adamw_on_the_cpu_are_unsupported_and_the_run_continues()
     plan = [*plan_finetune_cases(spec(finetune(method="qlora", precision="bf16_mixed"))),
             *plan_finetune_cases(spec(finetune(method="lora", optimizer="adamw_8bit"))),
             *plan_finetune_cases(spec(finetune(method="full", precision="fp32")))]
-    cases, complete, _ = run_planned(plan, FAST, progress=False)
+    cases, complete, _ = run_planned(plan, FAST, progress=None)
     kinds = [c.failure.kind if c.failure else None for c in cases]
     assert kinds == ["unsupported", "unsupported", None] and complete
     messages = [c.failure.message for c in cases if c.failure]
@@ -181,7 +181,7 @@ def test_a_jsonl_line_without_text_is_a_clear_error(tmp_path: Path) -> None:
 def test_inference_bench_at_two_concurrency_levels_round_trips(tmp_path: Path) -> None:
     job = load_job(EXAMPLES / "tiny-inference.toml")
     result = run_bench(job, base_dir=EXAMPLES, settings=BenchSettings(device="cpu", warmup=1, repeats=2, runs=2),
-                       progress=False)
+                       progress=None)
     assert result.kind == "inference" and result.complete
     assert [c.params["concurrency"] for c in result.cases] == [1, 4]
     for case in result.cases:
@@ -222,7 +222,7 @@ def test_ctrl_c_between_cases_returns_what_finished(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(bench, "run_watched", fake_run_isolated)
     job = load_job(EXAMPLES / "tiny-inference.toml")
-    result = run_bench(job, base_dir=EXAMPLES, settings=FAST.model_copy(update={"runs": 1}), progress=False)
+    result = run_bench(job, base_dir=EXAMPLES, settings=FAST.model_copy(update={"runs": 1}), progress=None)
     assert not result.complete
     assert [c.name for c in result.cases] == ["concurrency 1", "concurrency 4"]
     assert result.cases[0].failure is None
@@ -237,7 +237,7 @@ def test_ctrl_c_stops_the_remaining_cases(monkeypatch: pytest.MonkeyPatch) -> No
     plan = [PlannedCase("a", _finished, ("a",)), PlannedCase("b", interrupt, ("b",)),
             PlannedCase("c", _finished, ("c",))]
     monkeypatch.setattr(bench, "run_watched", lambda fn, *a, case, size, timeout_s: fn(*a))
-    cases, complete, notes = run_planned(plan, FAST.model_copy(update={"runs": 1}), progress=False)
+    cases, complete, notes = run_planned(plan, FAST.model_copy(update={"runs": 1}), progress=None)
     assert [c.name for c in cases] == ["a", "b"] and not complete
     assert notes == ["interrupted by Ctrl-C: 1 of 3 case runs finished"]
 
@@ -254,7 +254,7 @@ def test_runs_are_interleaved_and_merged_per_case(monkeypatch: pytest.MonkeyPatc
 
     plan = [PlannedCase("a", timed, ("a",)), PlannedCase("b", timed, ("b",))]
     monkeypatch.setattr(bench, "run_watched", lambda fn, *a, case, size, timeout_s: fn(*a))
-    cases, complete, _ = run_planned(plan, FAST.model_copy(update={"runs": 3}), progress=False)
+    cases, complete, _ = run_planned(plan, FAST.model_copy(update={"runs": 3}), progress=None)
     assert order == ["a", "b", "a", "b", "a", "b"] and complete
     a = cases[0]
     assert a.runs == 3 and [r.samples for r in a.metrics[0].runs] == [(1.0, 1.0), (3.0, 3.0), (5.0, 5.0)]
@@ -272,7 +272,7 @@ def test_an_interrupt_in_a_later_run_keeps_the_earlier_runs(monkeypatch: pytest.
 
     plan = [PlannedCase("a", flaky, ("a",)), PlannedCase("b", flaky, ("b",))]
     monkeypatch.setattr(bench, "run_watched", lambda fn, *a, case, size, timeout_s: fn(*a))
-    cases, complete, notes = run_planned(plan, FAST.model_copy(update={"runs": 3}), progress=False)
+    cases, complete, notes = run_planned(plan, FAST.model_copy(update={"runs": 3}), progress=None)
     assert not complete and [c.runs for c in cases] == [2, 2]
     assert cases[1].failure is None and cases[1].failed_runs[0].kind == "interrupted"
     assert notes == ["interrupted by Ctrl-C: 3 of 6 case runs finished"]
@@ -282,7 +282,7 @@ def test_bench_without_a_job_or_probe_is_a_user_error() -> None:
     from gpuscout.errors import GpuscoutError
 
     with pytest.raises(GpuscoutError, match="Nothing to measure"):
-        run_bench(None, base_dir=None, settings=FAST, progress=False)
+        run_bench(None, base_dir=None, settings=FAST, progress=None)
 
 
 def test_a_checkpoint_directory_loads_its_weights(tmp_path: Path) -> None:

@@ -77,7 +77,7 @@ def test_a_hard_death_does_not_stop_the_next_case() -> None:
 
     plan = [PlannedCase("dies", dying_case, ("dies",), SIZE), PlannedCase("crashes", crashing_case, ("crashes",)),
             PlannedCase("ok", ok_case, ("ok",))]
-    cases, complete, notes = run_planned(plan, BenchSettings(), progress=False)
+    cases, complete, notes = run_planned(plan, BenchSettings(), progress=None)
     assert [c.failure.kind if c.failure else None for c in cases] == ["crash", "crash", None]
     assert complete and not notes
 
@@ -105,10 +105,8 @@ def test_progress_for() -> None:
     def display(total: int) -> contextlib.AbstractContextManager[Advance]:
         return no_progress(total)
 
-    assert progress_for(display, "bench") is display
-    assert progress_for(False, "bench") is no_progress
-    with progress_for(True, "bench")(1) as advance:  # the API's boolean: a bar on stderr (not a terminal here)
-        advance("a", True)
+    assert progress_for(display) is display
+    assert progress_for(None) is no_progress
 
 
 def test_a_case_past_its_timeout_is_killed_and_recorded() -> None:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from gpuscout.estimator.calibration import Calibration, Observation
     from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate
     from gpuscout.measure.harness import BenchSettings
+    from gpuscout.measure.progress import StepProgress
     from gpuscout.results.beside import EstimateBeside
     from gpuscout.results.compare import Comparison
     from gpuscout.results.ratios import CompareOptions
@@ -39,7 +40,8 @@ class BenchReport:
 
 
 def bench(job: JobRef, *, settings: BenchSettings | None = None, probe: bool = False,
-          output: str | Path | None = None, progress: bool = False, doctor: str | Path | None = None) -> BenchReport:
+          output: str | Path | None = None, progress: StepProgress | None = None,
+          doctor: str | Path | None = None) -> BenchReport:
     """Measure the job's real task (and/or the machine probes) on this machine, each case in its own process.
 
     With `output` the result is written atomically after every case and at the end, so Ctrl-C,

@@ -13,6 +13,7 @@ from gpuscout.api.stopping import run_stoppable
 
 if TYPE_CHECKING:
     from gpuscout.doctor.identity import Expected
+    from gpuscout.measure.progress import StepProgress
     from gpuscout.results.schema import BenchResult, Case, DoctorVerdict
 
 
@@ -35,7 +36,7 @@ class DoctorReport:
 def doctor(*, offers: str | Path | None = None, offer: str | None = None, gpu: str | None = None,
            job: JobRef = None, quick: bool = False, nproc: int | None = None, device: str = "auto",
            created_at: float | None = None, url: str | None = None, output: str | Path | None = None,
-           folder: str | Path | None = None, seed: int = 0, progress: bool = False) -> DoctorReport:
+           folder: str | Path | None = None, seed: int = 0, progress: StepProgress | None = None) -> DoctorReport:
     """Is this rented machine what was paid for? Identity, health, performance against the expected bands,
     the host, the network to `url`, the start-up since `created_at` (epoch seconds); keep, return or
     inconclusive (docs/doctor.md). The box is held against `offer` in `offers`, or the GPU `gpu`.

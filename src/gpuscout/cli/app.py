@@ -267,6 +267,7 @@ def bench(
     from gpuscout.measure.harness import bench_settings
     from gpuscout.report.bench import bench_screen
     from gpuscout.report.payload import bench_payload
+    from gpuscout.report.progress import step_bar
     from gpuscout.units import parse_time_s
 
     if job is None and not probe:
@@ -280,7 +281,8 @@ def bench(
     settings = bench_settings(device=device, warmup=warmup, repeats=repeats, layers=layers, seed=seed, runs=runs,
                               region=region, billing=billing, dataset=str(dataset.resolve()) if dataset else None,
                               created_at=parse_time_s(created_at, "--created-at") if created_at else None)
-    report = api.bench(job, settings=settings, probe=probe, output=output, progress=True, doctor=doctor_result)
+    report = api.bench(job, settings=settings, probe=probe, output=output, progress=step_bar("bench"),
+                       doctor=doctor_result)
     payload = bench_payload(report.result, report.estimate)
     stored = record("bench", payload, store=store, no_store=no_store)
     screen = bench_screen(report.result, report.estimate, report.output, wide=wide, stored_as=stored)

@@ -49,11 +49,12 @@ def doctor(
     """
     from gpuscout import api
     from gpuscout.report.doctor import doctor_screen
+    from gpuscout.report.progress import step_bar
     from gpuscout.units import parse_time_s
 
     report = api.doctor(offers=offers, offer=offer, gpu=gpu, job=job, quick=quick, nproc=nproc, device=device,
                         created_at=parse_time_s(created_at, "--created-at") if created_at else None, url=url,
-                        output=output, folder=folder, seed=seed, progress=True)
+                        output=output, folder=folder, seed=seed, progress=step_bar("doctor"))
     stored = record("doctor", report.result.model_dump(mode="json"), store=store, no_store=no_store)
     screen = doctor_screen(report.result, report.output, wide=wide, stored_as=stored)
     if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal

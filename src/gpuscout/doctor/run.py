@@ -70,7 +70,7 @@ class DoctorOptions(BaseModel):
 
 
 def run_doctor(options: DoctorOptions, expected: Expected, *, network: Callable[[], Case] | None = None,
-               progress: StepProgress | bool = True, checkpoint: Callable[[BenchResult], None] | None = None,
+               progress: StepProgress | None = None, checkpoint: Callable[[BenchResult], None] | None = None,
                ) -> BenchResult:
     """Check this machine; never raises for a failed check (user errors in the options do raise)."""
     device = resolve_device(options.device)
@@ -88,7 +88,7 @@ def run_doctor(options: DoctorOptions, expected: Expected, *, network: Callable[
         return _result(options, device, nproc, ev, fingerprint, started, complete, stopped)
 
     names = ["disk", "workers", *(["network"] if network is not None else [])]
-    with progress_for(progress, "doctor")(len(names)) as advance:
+    with progress_for(progress)(len(names)) as advance:
         steps: dict[str, Callable[[], None]] = {
             "disk": lambda: ev.cases.append(_disk(device, options.quick, folder)),
             "workers": lambda: _workers(ev, options, device, nproc, folder, nvml, advance),

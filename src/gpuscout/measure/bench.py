@@ -56,7 +56,7 @@ CONCURRENCY_NOTE = ("inference cases: the job's concurrency and 1 when it differ
 
 
 def run_bench(job: Job | None, *, base_dir: Path | None, settings: BenchSettings, probe: bool = False,
-              progress: StepProgress | bool = True, checkpoint: Callable[[BenchResult], None] | None = None,
+              progress: StepProgress | None = None, checkpoint: Callable[[BenchResult], None] | None = None,
               ) -> BenchResult:
     """Measure `job` (and/or the machine probes) on this machine; never raises for a failed case.
 
@@ -107,7 +107,7 @@ def plan_cases(job: Job | None, model: _ModelRef, *, settings: BenchSettings, de
     return plan
 
 
-def run_planned(plan: list[PlannedCase], settings: BenchSettings, *, progress: StepProgress | bool = True,
+def run_planned(plan: list[PlannedCase], settings: BenchSettings, *, progress: StepProgress | None = None,
                 on_case: Callable[[list[Case]], None] | None = None) -> tuple[list[Case], bool, list[str]]:
     """Run every planned case `settings.runs` times, each in its own process: (cases, complete, notes).
 
@@ -119,7 +119,7 @@ def run_planned(plan: list[PlannedCase], settings: BenchSettings, *, progress: S
     """
     done: list[list[Case]] = [[] for _ in plan]
     runs = settings.runs
-    with progress_for(progress, "bench")(len(plan) * runs) as advance:
+    with progress_for(progress)(len(plan) * runs) as advance:
         for run in range(runs):
             for index, planned in enumerate(plan):
                 label = planned.name + (f" (run {run + 1} of {runs})" if runs > 1 else "")
