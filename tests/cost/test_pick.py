@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpuscout.cost.pick import PickRow, exclusion, lay_out, mark_pareto, pick, place, slo_met
+from gpuscout.cost.pick import lay_out, mark_pareto, pick, place, slo_met
+from gpuscout.cost.pick_row import PickRow, exclusion
 from gpuscout.estimator.fit import planned_job
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.speed.estimate import estimate_speed

@@ -27,11 +27,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.cost.billing import CostOptions, JobCost, price_job
-from gpuscout.cost.pick import unit_costs
+from gpuscout.cost.pick_row import unit_costs
 from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.currency import USD, DisplayCurrency, ExchangeRate, to_usd
 from gpuscout.hardware.offers import Offer, is_stale
@@ -44,11 +43,7 @@ from gpuscout.stats import mean_ci
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob, parse_job
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class MeasuredWork(_Frozen):
+class MeasuredWork(Frozen):
     """How long the whole job takes at the measured throughput."""
 
     case: str
@@ -65,7 +60,7 @@ class MeasuredWork(_Frozen):
     formula: str
 
 
-class MeasuredCost(_Frozen):
+class MeasuredCost(Frozen):
     offer_id: str
     provider: str
     tier: str

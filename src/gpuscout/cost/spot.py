@@ -24,10 +24,9 @@ from __future__ import annotations
 import math
 import random
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.cost.billed_time import billed_seconds, billed_startup_s
 from gpuscout.errors import GpuscoutError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.offers import Offer
 
 HOUR_S = 3600.0
@@ -41,9 +40,7 @@ class SpotNeverFinishes(GpuscoutError):
     """Spot interruptions come so often, against the checkpoint interval, that the job never finishes."""
 
 
-class SpotOutcome(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class SpotOutcome(Frozen):
     billed_s: float
     running_s: float
     interruptions: float

@@ -31,10 +31,11 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from gpuscout.errors import SpecError
 from gpuscout.estimator.efficiency import EFFICIENCY_KINDS, Efficiency, calibrated, default_efficiency
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu, lookup_gpu
 from gpuscout.stats import t975
 from gpuscout.userfile import MIB, parse_user_toml, printable, read_user_text, shown
@@ -86,11 +87,7 @@ class Extracted:
 
 # ---------------------------------------------------------------- the fitted calibration -------
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class CalibrationEntry(_Frozen):
+class CalibrationEntry(Frozen):
     """The fit for one GPU and phase: time multiplier, spread, band, and where it came from."""
 
     gpu_sku: str = Field(min_length=1, max_length=255)
@@ -108,7 +105,7 @@ class CalibrationEntry(_Frozen):
     sources: tuple[str, ...] = ()
 
 
-class Calibration(_Frozen):
+class Calibration(Frozen):
     """Fitted entries and the observations they were fitted from (kept, so a later run can refit)."""
 
     version: int = CALIBRATION_VERSION
@@ -128,7 +125,7 @@ class Calibration(_Frozen):
         return tuple(dict.fromkeys(e.gpu_sku for e in self.entries))
 
 
-class ObservationRecord(_Frozen):
+class ObservationRecord(Frozen):
     """An `Observation` as the file keeps it."""
 
     gpu_sku: str = Field(min_length=1, max_length=255)

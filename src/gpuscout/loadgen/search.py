@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.results.schema import Case, Metric
 from gpuscout.stats import percentile
 from gpuscout.workload.job import Slo
@@ -30,11 +29,7 @@ _SLO_METRICS = (("ttft_p95_s", "ttft_s", "ttft_from_intended_s"), ("tpot_p95_s",
                 ("e2e_p95_s", "e2e_s", "e2e_from_intended_s"))
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SearchStep(_Frozen):
+class SearchStep(Frozen):
     """One measured level: its case, whether it met the SLO, and why not."""
 
     level: Level
@@ -43,7 +38,7 @@ class SearchStep(_Frozen):
     case: Case
 
 
-class SearchResult(_Frozen):
+class SearchResult(Frozen):
     best_level: Level | None  # the highest level that met every target; None when even the lowest failed
     best_case: Case | None
     goodput_rps: float | None  # the best case's goodput_rps metric, when it has one

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscout.cost.load_cost import LoadCost
-from gpuscout.loadgen.client import Progress
+from gpuscout.loadgen.context import Progress
 from gpuscout.loadgen.schedule import LoadShape
 from gpuscout.loadgen.search import SearchResult
 from gpuscout.loadgen.session import workload_path

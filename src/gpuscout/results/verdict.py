@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Literal
 
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import amount_text
 from gpuscout.results.compare import Comparison, Headline, short_name
 from gpuscout.results.ratios import DECISIVE, Ratio
-from gpuscout.results.schema import Frozen
 
 Outcome = Literal["winner", "no difference", "unfair", "disturbed", "inconclusive"]
 

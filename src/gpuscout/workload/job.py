@@ -16,9 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.userfile import MAX_JOB_BYTES, printable, read_user_toml, shown
 
 Precision = Literal["fp32", "bf16_mixed", "bf16", "fp16_mixed"]
@@ -55,9 +56,9 @@ Name = Annotated[str, Field(max_length=MAX_NAME)]
 ModelRef = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_REF)]
 
 
-class Spec(BaseModel):
+class Spec(Frozen):
     # allow_inf_nan=False: `epochs = inf` or `nan` would turn every runtime and cost into inf or NaN.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
 
 class Lora(Spec):

@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpuscout.cost.pick import PickRow
+from gpuscout.cost.pick_row import PickRow
 from gpuscout.documents.kinds import PickDoc
 from gpuscout.hardware.currency import DisplayCurrency, from_usd
 from gpuscout.report.html.parts import Html, bullets, details, figure, para, shorten, table, tag
