@@ -24,10 +24,11 @@ from gpuscout.cost.billing import CostLine, CostOptions, JobCost, price_job
 from gpuscout.cost.transfer import DataSource, Transfer, plan_transfer
 from gpuscout.errors import SpecError
 from gpuscout.estimator.host import HostNeeds, estimate_host
-from gpuscout.estimator.memory import Job, Model
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import ExchangeRate, to_usd
 from gpuscout.hardware.offers import Offer, StorageItem
+from gpuscout.workload.job import Job
+from gpuscout.workload.model import Model
 
 GB = 10**9
 EXTRA_DISK = "extra disk (the job needs it)"

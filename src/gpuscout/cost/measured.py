@@ -40,7 +40,7 @@ from gpuscout.results.runs import metric_runs
 from gpuscout.results.schema import BenchResult, Metric
 from gpuscout.results.verdict import CostPoint
 from gpuscout.stats import mean_ci
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob, parse_job
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob, parse_job
 
 
 class MeasuredWork(Frozen):
@@ -123,7 +123,7 @@ def _interval(metric: Metric) -> tuple[float | None, float | None]:
     return (low, high) if low > 0 else (None, None)
 
 
-def job_units(job: FinetuneJob | InferenceJob | ImageJob | VideoJob, metric: str) -> tuple[float, str, str]:
+def job_units(job: Job, metric: str) -> tuple[float, str, str]:
     """The whole job's size in the units of a throughput `metric`, the unit's name, and the formula."""
     match job, metric:
         case FinetuneJob(), "tokens_per_s":
@@ -200,7 +200,7 @@ def _with_failures(options: CostOptions | None, failures: tuple[int, int]) -> Co
 
 
 def offer_warnings(
-    result: BenchResult, job: FinetuneJob | InferenceJob | ImageJob | VideoJob, offer: Offer
+    result: BenchResult, job: Job, offer: Offer
 ) -> tuple[str, ...]:
     out = []
     if result_sku(result) is None:

@@ -34,7 +34,7 @@ from gpuscout.estimator.fit import (
     task_changing_options,
 )
 from gpuscout.estimator.host import HostNeeds
-from gpuscout.estimator.memory import Job, Model, estimate_memory
+from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.speed.estimate import SpeedEstimate, estimate_speed
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu, find_gpu
@@ -47,7 +47,8 @@ from gpuscout.hardware.currency import (
 )
 from gpuscout.hardware.offers import Offer, price_warnings
 from gpuscout.workload.colocated import ColocatedShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
+from gpuscout.workload.model import Model
 
 THROUGHPUTS = frozenset({"output_tokens_per_s", "requests_per_s", "images_per_s", "clips_per_s", "tokens_per_s",
                          "samples_per_s"})
@@ -59,7 +60,7 @@ class Placement(Frozen):
     """How the job runs on one instance."""
 
 
-    job: FinetuneJob | InferenceJob | ImageJob | VideoJob  # the job as laid out on the instance
+    job: Job  # the job as laid out on the instance
     gpus_needed: int  # fewest GPUs whose memory holds the job (one replica)
     group: int  # GPUs per replica (data-parallel group for training, TP group for serving)
     replicas: int  # independent copies working in parallel

@@ -12,11 +12,10 @@ from datetime import date
 from gpuscout.cost.billing import JobCost
 from gpuscout.cost.machine import MachineCheck
 from gpuscout.estimator.fit import Suggestion
-from gpuscout.estimator.memory import Job
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import USD, DisplayCurrency, amount_text, from_usd
 from gpuscout.hardware.offers import Offer, is_stale
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
 
 
 class PickRow(Frozen):

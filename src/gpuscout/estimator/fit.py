@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
 from gpuscout.estimator.breakdown import MemoryBreakdown
-from gpuscout.estimator.memory import Job, Model, estimate_memory
+from gpuscout.estimator.memory import estimate_memory
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.colocated import ColocatedShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
+from gpuscout.workload.model import Model
 
 GPU_COUNTS = (2, 4, 8, 16, 32, 64)
 

@@ -38,13 +38,11 @@ from gpuscout.estimator.video import component_bytes as video_component_bytes
 from gpuscout.frozen import Frozen
 from gpuscout.workload.colocated import ColocatedShape, served_jobs
 from gpuscout.workload.image import ImageModelShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
 from gpuscout.workload.jobtime import checkpoint_saves
+from gpuscout.workload.model import Model
 from gpuscout.workload.shape import ModelShape
 from gpuscout.workload.video import VideoModelShape
-
-Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
-Model = ModelShape | ImageModelShape | VideoModelShape
 
 GIB = 2**30
 GB = 10**9

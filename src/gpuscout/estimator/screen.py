@@ -16,11 +16,12 @@ from gpuscout.estimator.fit import (
     suggest_changes,
 )
 from gpuscout.estimator.host import HostNeeds, estimate_host
-from gpuscout.estimator.memory import Job, Model, estimate_memory
+from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.speed.estimate import SpeedEstimate, estimate_speed
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu
-from gpuscout.workload.job import InferenceJob
+from gpuscout.workload.job import InferenceJob, Job
+from gpuscout.workload.model import Model
 from gpuscout.workload.shape import ModelShape
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 from pydantic import computed_field
 
 from gpuscout.errors import GpuscoutError
-from gpuscout.estimator.memory import Job, Model, estimate_memory
+from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.speed.estimate import estimate_speed
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.results.schema import BenchResult, Case
+from gpuscout.workload.job import Job
+from gpuscout.workload.model import Model
 
 
 class BesideRow(Frozen):

@@ -317,13 +317,14 @@ class VideoJob(Spec):
         return self
 
 
-Job = Annotated[FinetuneJob | InferenceJob | ImageJob | VideoJob, Field(discriminator="kind")]
-_JOB_ADAPTER: TypeAdapter[FinetuneJob | InferenceJob | ImageJob | VideoJob] = TypeAdapter(Job)
+# Any job: the one name for the four kinds, used wherever a function takes any of them.
+Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
+_JOB_ADAPTER: TypeAdapter[Job] = TypeAdapter(Annotated[Job, Field(discriminator="kind")])
 
 
 def parse_job(
     data: dict[str, Any], *, origin: str = "job spec"
-) -> FinetuneJob | InferenceJob | ImageJob | VideoJob:
+) -> Job:
     """Validate a job spec already read into a dict; errors name the field and the fix."""
     if "kind" not in data:
         raise SpecError(
@@ -337,7 +338,7 @@ def parse_job(
         raise _spec_error(origin, exc) from None
 
 
-def load_job(path: Path) -> FinetuneJob | InferenceJob | ImageJob | VideoJob:
+def load_job(path: Path) -> Job:
     """Read a TOML job spec. Malformed TOML points at the line; invalid values name the field."""
     fix = "Check the path; examples live in examples/*.toml."
     data = read_user_toml(path, "job spec", fix, max_bytes=MAX_JOB_BYTES)
