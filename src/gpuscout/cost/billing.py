@@ -29,9 +29,8 @@ from gpuscout.errors import option_error
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate, to_display
 from gpuscout.hardware.offers import EgressTier, Offer, StorageItem, instance_price_per_hour
+from gpuscout.units import DAY_S, HOUR_S
 
-HOUR_S = 3600.0
-DAY_S = 86400.0
 MAX_KEEP_STOPPED_DAYS = 3650.0  # ten years: past that a number is a typo (docs/design.md §4.10)
 
 

@@ -11,8 +11,7 @@ from gpuscout.cost.billing import CostLine, JobCost
 from gpuscout.errors import SpecError
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import ExchangeRate, to_usd
-
-HOUR_S = 3600.0
+from gpuscout.units import HOUR_S
 
 
 class PlainCost(Frozen):

@@ -25,8 +25,8 @@ from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import ExchangeRate, to_usd
 from gpuscout.hardware.offers import Offer, instance_price_per_hour
 from gpuscout.results.schema import Case
+from gpuscout.units import HOUR_S
 
-HOUR_S = 3600.0
 GOODPUT_TOKENS_METRIC = "goodput_output_tokens_per_s"
 CONTROL_SUFFIX = ", no shared prefix"  # the name `load --prefix-control` gives a level's control case
 

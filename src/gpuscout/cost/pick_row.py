@@ -15,6 +15,7 @@ from gpuscout.estimator.fit import Suggestion
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import USD, DisplayCurrency, amount_text, from_usd
 from gpuscout.hardware.offers import Offer, is_stale
+from gpuscout.units import HOUR_S
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
 
 
@@ -79,8 +80,8 @@ def exclusion(runtime_s: float, total_usd: float, slo_miss: str | None, deadline
     if slo_miss is not None:
         return f"misses the latency SLO: {slo_miss}"
     if deadline_s is not None and runtime_s + pull_s > deadline_s:
-        pulled = f" with the {pull_s / 3600:.1f} h dataset pull" if pull_s else ""
-        return f"misses the deadline ({(runtime_s + pull_s) / 3600:.1f} h{pulled} > {deadline_s / 3600:.1f} h)"
+        pulled = f" with the {pull_s / HOUR_S:.1f} h dataset pull" if pull_s else ""
+        return f"misses the deadline ({(runtime_s + pull_s) / HOUR_S:.1f} h{pulled} > {deadline_s / HOUR_S:.1f} h)"
     if budget_usd is not None and total_usd > budget_usd:
         total, budget = (from_usd(x, currency) for x in (total_usd, budget_usd))
         return f"over budget ({amount_text(total, currency.code)} > {amount_text(budget, currency.code)})"
