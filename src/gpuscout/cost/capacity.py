@@ -31,11 +31,11 @@ from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate, to_usd
 from gpuscout.hardware.offers import Offer
-from gpuscout.results.schema import BenchResult, Case
+from gpuscout.results.schema import E2E_FROM_INTENDED_S, TPOT_S, TTFT_FROM_INTENDED_S, BenchResult, Case
 from gpuscout.workload.job import InferenceJob, Slo
 
 # SLO target → (metric from the intended send, where one exists): a lagging client cannot hide queueing.
-_TARGETS = (("ttft_p95_s", "ttft_from_intended_s"), ("tpot_p95_s", "tpot_s"), ("e2e_p95_s", "e2e_from_intended_s"))
+_TARGETS = (("ttft_p95_s", TTFT_FROM_INTENDED_S), ("tpot_p95_s", TPOT_S), ("e2e_p95_s", E2E_FROM_INTENDED_S))
 
 
 class MeasuredCapacity(Frozen):

@@ -46,6 +46,7 @@ from gpuscout.hardware.currency import (
     to_usd,
 )
 from gpuscout.hardware.offers import Offer, price_warnings
+from gpuscout.results.schema import E2E_S, TPOT_S, TTFT_S
 from gpuscout.workload.colocated import ColocatedShape
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
 from gpuscout.workload.model import Model
@@ -53,7 +54,7 @@ from gpuscout.workload.model import Model
 THROUGHPUTS = frozenset({"output_tokens_per_s", "requests_per_s", "images_per_s", "clips_per_s", "tokens_per_s",
                          "samples_per_s"})
 RATES = THROUGHPUTS | {"mfu", "achieved_tflops"}  # a plan's unmodelled slowdown divides these, multiplies the rest
-SLO_METRICS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+SLO_METRICS = {TTFT_S: "TTFT", TPOT_S: "TPOT", E2E_S: "E2E"}
 
 
 class Placement(Frozen):
@@ -321,7 +322,7 @@ def _slowed(key: str, value: float, slowdown: float) -> float:
 def _slo_targets(job: Job) -> dict[str, float]:
     if not isinstance(job, InferenceJob):
         return {}
-    targets = {"ttft_s": job.slo.ttft_p95_s, "tpot_s": job.slo.tpot_p95_s, "e2e_s": job.slo.e2e_p95_s}
+    targets = {TTFT_S: job.slo.ttft_p95_s, TPOT_S: job.slo.tpot_p95_s, E2E_S: job.slo.e2e_p95_s}
     return {k: v for k, v in targets.items() if v is not None}
 
 

@@ -37,6 +37,7 @@ from gpuscout.errors import SpecError
 from gpuscout.estimator.efficiency import EFFICIENCY_KINDS, Efficiency, calibrated, default_efficiency
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu, lookup_gpu
+from gpuscout.results.schema import TPOT_S, TTFT_S
 from gpuscout.stats import t975
 from gpuscout.userfile import MIB, parse_user_toml, printable, read_user_text, shown
 
@@ -255,7 +256,7 @@ def _version_key(version: str) -> tuple[int, ...]:
 # ---------------------------------------------------------------- results → observations -------
 
 # Measured metric → efficiency kind, per result kind. The denoiser's kind is decided per model.
-_LLM_PAIRS = {"finetune": (("step_s", "training"),), "inference": (("ttft_s", "prefill"), ("tpot_s", "decode"))}
+_LLM_PAIRS = {"finetune": (("step_s", "training"),), "inference": ((TTFT_S, "prefill"), (TPOT_S, "decode"))}
 DENOISER_METRIC = "denoiser_step_s"
 
 

@@ -15,7 +15,7 @@ from typing import Literal, TypeVar
 
 from gpuscout.errors import SpecError
 from gpuscout.frozen import Frozen
-from gpuscout.results.schema import Case, Metric
+from gpuscout.results.schema import E2E_FROM_INTENDED_S, E2E_S, TPOT_S, TTFT_FROM_INTENDED_S, TTFT_S, Case, Metric
 from gpuscout.stats import percentile
 from gpuscout.workload.job import Slo
 
@@ -25,8 +25,8 @@ Outcome = Literal["found", "lowest_fails", "ceiling_not_reached"]
 LatencyFrom = Literal["send", "intended"]
 
 # SLO field → metric name measured from the actual send, and from the intended send time.
-_SLO_METRICS = (("ttft_p95_s", "ttft_s", "ttft_from_intended_s"), ("tpot_p95_s", "tpot_s", "tpot_s"),
-                ("e2e_p95_s", "e2e_s", "e2e_from_intended_s"))
+_SLO_METRICS = (("ttft_p95_s", TTFT_S, TTFT_FROM_INTENDED_S), ("tpot_p95_s", TPOT_S, TPOT_S),
+                ("e2e_p95_s", E2E_S, E2E_FROM_INTENDED_S))
 
 
 class SearchStep(Frozen):

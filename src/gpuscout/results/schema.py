@@ -34,6 +34,15 @@ ResultKind = Literal["finetune", "inference", "image", "video", "probe", "load",
 # unreachable: a URL that did not answer (doctor --url)
 FailureKind = Literal["oom", "crash", "unsupported", "timeout", "interrupted", "unreachable"]
 Scalar = str | int | float | bool | None
+
+# Metric names every writer and reader of a serving case shares (the bench, the load generator, the
+# estimator's metrics, the pick's SLO check, the reports): time to first token, time per output token
+# after it, request end to end, and the two measured from the intended send (coordinated omission).
+TTFT_S = "ttft_s"
+TPOT_S = "tpot_s"
+E2E_S = "e2e_s"
+TTFT_FROM_INTENDED_S = "ttft_from_intended_s"
+E2E_FROM_INTENDED_S = "e2e_from_intended_s"
 # How the machine was rented: the tiers a price sheet knows (`hardware.offers.Tier`, kept equal by a test).
 BillingType = Literal["on-demand", "spot", "reserved"]
 
