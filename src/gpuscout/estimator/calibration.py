@@ -39,7 +39,7 @@ from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu, lookup_gpu
 from gpuscout.results.schema import TPOT_S, TTFT_S
 from gpuscout.stats import t975
-from gpuscout.userfile import MIB, parse_user_toml, printable, read_user_text, shown
+from gpuscout.userfile import MIB, first_invalid_field, parse_user_toml, read_user_text, shown
 
 CALIBRATION_VERSION = 1
 MAX_CALIBRATION_BYTES = 4 * MIB  # ~10,000 observations; a real file holds tens
@@ -285,9 +285,7 @@ def load_calibration(path: Path) -> Calibration:
     try:
         calibration = Calibration.model_validate(body)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(printable(str(p), 40) for p in first["loc"])
-        raise SpecError(f"{path} is not a valid calibration file: {where}: {printable(first['msg'])}.",
+        raise SpecError(f"{path} is not a valid calibration file: {first_invalid_field(exc)}.",
                         f"{len(exc.errors())} field(s) do not match calibration version {CALIBRATION_VERSION}.",
                         _FIX) from None
     _check_kinds(path, calibration)
