@@ -29,6 +29,7 @@ from datetime import date
 
 from gpuscout.cost.billing import CostOptions, JobCost, price_job
 from gpuscout.cost.pick_row import unit_costs
+from gpuscout.cost.verdict import CostPoint
 from gpuscout.errors import GpuscoutError, SpecError
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import find_gpu
@@ -38,7 +39,6 @@ from gpuscout.hardware.price_sheet import PriceSheet, find_offer
 from gpuscout.results.compare import headline_metric
 from gpuscout.results.runs import metric_runs
 from gpuscout.results.schema import BenchResult, Metric
-from gpuscout.results.verdict import CostPoint
 from gpuscout.stats import mean_ci
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob, parse_job
 
