@@ -29,9 +29,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from gpuscout.errors import SpecError
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 MIB = 2**20
 # config.json, safetensors indexes and headers: JSON, parsed in C (tens of MB/s). Real ones are a
@@ -525,3 +528,11 @@ def shown(value: object, limit: int = 80) -> str:
     """A value for an error message: repr'd (control characters and surrogates escaped) and short."""
     text = _SHOWN.repr(value) if not isinstance(value, str) else repr(value[: limit + 1])
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def first_invalid_field(exc: ValidationError, *within: str) -> str:
+    """The first field a file failed validation on, as 'where: why' safe to print; `within` names
+    the part of the file the model was read from. One wording for every file gpuscout reads back."""
+    first = exc.errors()[0]
+    where = ".".join(printable(str(part), 40) for part in (*within, *first["loc"]))
+    return f"{where}: {printable(first['msg'])}"

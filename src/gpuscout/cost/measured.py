@@ -27,11 +27,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.cost.billing import CostOptions, JobCost, price_job
-from gpuscout.cost.pick import unit_costs
+from gpuscout.cost.pick_row import unit_costs
+from gpuscout.cost.verdict import CostPoint
 from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.currency import USD, DisplayCurrency, ExchangeRate, to_usd
 from gpuscout.hardware.offers import Offer, is_stale
@@ -39,16 +39,11 @@ from gpuscout.hardware.price_sheet import PriceSheet, find_offer
 from gpuscout.results.compare import headline_metric
 from gpuscout.results.runs import metric_runs
 from gpuscout.results.schema import BenchResult, Metric
-from gpuscout.results.verdict import CostPoint
 from gpuscout.stats import mean_ci
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob, parse_job
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob, parse_job
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class MeasuredWork(_Frozen):
+class MeasuredWork(Frozen):
     """How long the whole job takes at the measured throughput."""
 
     case: str
@@ -65,7 +60,7 @@ class MeasuredWork(_Frozen):
     formula: str
 
 
-class MeasuredCost(_Frozen):
+class MeasuredCost(Frozen):
     offer_id: str
     provider: str
     tier: str
@@ -128,7 +123,7 @@ def _interval(metric: Metric) -> tuple[float | None, float | None]:
     return (low, high) if low > 0 else (None, None)
 
 
-def job_units(job: FinetuneJob | InferenceJob | ImageJob | VideoJob, metric: str) -> tuple[float, str, str]:
+def job_units(job: Job, metric: str) -> tuple[float, str, str]:
     """The whole job's size in the units of a throughput `metric`, the unit's name, and the formula."""
     match job, metric:
         case FinetuneJob(), "tokens_per_s":
@@ -205,7 +200,7 @@ def _with_failures(options: CostOptions | None, failures: tuple[int, int]) -> Co
 
 
 def offer_warnings(
-    result: BenchResult, job: FinetuneJob | InferenceJob | ImageJob | VideoJob, offer: Offer
+    result: BenchResult, job: Job, offer: Offer
 ) -> tuple[str, ...]:
     out = []
     if result_sku(result) is None:

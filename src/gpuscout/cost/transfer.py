@@ -20,9 +20,10 @@ from datetime import date
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.offers import Offer
 from gpuscout.redact import redact_url
 from gpuscout.userfile import shown
@@ -41,10 +42,9 @@ REMOTE_GBPS = 1.0
 Route = Literal["same region", "inter-region", "other continent", "internet", "free"]
 
 
-class Egress(BaseModel):
+class Egress(Frozen):
     """A cloud's example egress prices, USD per GB, as read on a date."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     internet_usd_per_gb: float
     inter_region_usd_per_gb: float
@@ -86,10 +86,10 @@ _CONTINENT = {"us": "na", "ca": "na", "mx": "na", "northamerica": "na", "eu": "e
               "africa": "af", "australia": "oceania"}
 
 
-class DataSource(BaseModel):
+class DataSource(Frozen):
     """Where the job's dataset lives and how big it is (what the user said; nothing is fetched)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     dataset_gb: float = Field(gt=0, le=10**7)  # 10 PB
     cloud: str | None = None  # aws, gcp, azure … (None: unknown)
@@ -110,10 +110,9 @@ class DataSource(BaseModel):
         return f"{self.cloud}:{self.region}" if self.region else str(self.cloud)
 
 
-class Transfer(BaseModel):
+class Transfer(Frozen):
     """Moving the dataset to one offer's machine."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     gb: float
     route: Route

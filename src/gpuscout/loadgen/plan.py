@@ -11,9 +11,10 @@ import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.loadgen.client import MAX_TIMEOUT_S, Endpoint, default_timeout_s, endpoint_url
 from gpuscout.loadgen.schedule import (
     MAX_CONCURRENCY,
@@ -31,10 +32,10 @@ PromptDistribution = Literal["fixed", "uniform", "normal"]
 DEFAULT_REQUESTS = 100  # measured requests per level when neither a count nor a duration is given
 
 
-class LoadPlan(BaseModel):
+class LoadPlan(Frozen):
     """One load test: the endpoint, the traffic, the prompts, and what to measure."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     url: str
     model: str = Field(min_length=1)

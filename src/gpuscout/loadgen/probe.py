@@ -33,9 +33,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.loadgen.wire import http_url
 from gpuscout.redact import redact_url, scrub, url_secrets
 from gpuscout.stats import Summary, summarize
@@ -46,11 +47,7 @@ MAX_HEADER_BYTES = 64 * 1024  # status line and headers of one reply (nginx's de
 MAX_INFORMATIONAL = 8  # 1xx replies skipped before the real one
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Target(_Frozen):
+class Target(Frozen):
     url: str  # as shown and stored: no user-info, secret query values as ***
     scheme: str
     host: str
@@ -59,7 +56,7 @@ class Target(_Frozen):
     secrets: tuple[str, ...] = Field(default=(), exclude=True, repr=False)  # scrubbed from error texts
 
 
-class ProbeMeasure(_Frozen):
+class ProbeMeasure(Frozen):
     name: str
     unit: str  # "s" or "bytes/s"
     samples: tuple[float, ...]
@@ -68,7 +65,7 @@ class ProbeMeasure(_Frozen):
     note: str = ""
 
 
-class ProbeResult(_Frozen):
+class ProbeResult(Frozen):
     url: str
     host: str
     port: int

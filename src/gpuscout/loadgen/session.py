@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuscout.loadgen.client import LoadInterrupted, Progress, endpoint_url
+from gpuscout.loadgen.client import LoadInterrupted, endpoint_url
+from gpuscout.loadgen.context import Progress
 from gpuscout.loadgen.metrics import mark_interrupted, summarize_load
 from gpuscout.loadgen.plan import LoadPlan, shape_at
 from gpuscout.loadgen.run import build_result, file_sha256, measure_case

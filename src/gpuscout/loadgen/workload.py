@@ -20,9 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.errors import MissingDependencyError, SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.outfile import write_atomic
 from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, replace_surrogates, user_lines
 
@@ -59,9 +58,7 @@ _WORD_TEXT = (
 _WORDS = tuple(_WORD_TEXT.split())
 
 
-class Prompt(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Prompt(Frozen):
     text: str  # the prompt (completions) or the user message (chat)
     prompt_tokens: int  # by the tokenizer when given, else the target count (approximate)
     output_tokens: int  # requested max_tokens (with ignore_eos-style settings)
@@ -70,9 +67,7 @@ class Prompt(BaseModel):
     arrival_s: float | None = None  # a trace's arrival time, s from its first request
 
 
-class Workload(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Workload(Frozen):
     prompts: tuple[Prompt, ...]
     source: str  # "synthetic" or the dataset path
     seed: int
