@@ -28,13 +28,13 @@ from collections.abc import Sequence
 from datetime import date
 
 from gpuscout.cost.billing import CostOptions, JobCost, price_job
-from gpuscout.cost.pick_row import unit_costs
+from gpuscout.cost.pick_row import OfferFacts, offer_facts, unit_costs
 from gpuscout.cost.verdict import CostPoint
 from gpuscout.errors import GpuscoutError, SpecError
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.currency import USD, DisplayCurrency, ExchangeRate, to_usd
-from gpuscout.hardware.offers import Offer, is_stale
+from gpuscout.hardware.offers import Offer
 from gpuscout.hardware.price_sheet import PriceSheet, find_offer
 from gpuscout.results.compare import headline_metric
 from gpuscout.results.runs import metric_runs
@@ -60,15 +60,7 @@ class MeasuredWork(Frozen):
     formula: str
 
 
-class MeasuredCost(Frozen):
-    offer_id: str
-    provider: str
-    tier: str
-    gpu_sku: str
-    gpu_count: int
-    currency: str
-    observed_at: date
-    stale: bool
+class MeasuredCost(OfferFacts):
     example: bool
     work: MeasuredWork
     cost: JobCost  # in the offer's currency
@@ -175,12 +167,10 @@ def price_measured(result: BenchResult, offer: Offer, *, rates: Sequence[Exchang
     if work.work_low_s is not None and work.work_high_s is not None:
         low, high = (to_usd(price_job(offer, s, options).total, offer.currency, rates)
                      for s in (work.work_low_s, work.work_high_s))
-    return MeasuredCost(offer_id=offer.id, provider=offer.provider, tier=offer.tier, gpu_sku=offer.gpu,
-                        gpu_count=offer.gpu_count, currency=offer.currency, observed_at=offer.observed_at,
-                        stale=is_stale(offer, today), example=offer.example,
-                        work=work, cost=cost, total_usd=total, total_p95_usd=p95, low_usd=low, high_usd=high,
-                        unit_costs_usd=unit_costs(job, total), failed_runs=failures[0], runs=failures[1],
-                        warnings=offer_warnings(result, job, offer))
+    return MeasuredCost.model_validate({
+        **offer_facts(offer, today), "example": offer.example, "work": work, "cost": cost, "total_usd": total,
+        "total_p95_usd": p95, "low_usd": low, "high_usd": high, "unit_costs_usd": unit_costs(job, total),
+        "failed_runs": failures[0], "runs": failures[1], "warnings": offer_warnings(result, job, offer)})
 
 
 def measured_failures(result: BenchResult, case_name: str) -> tuple[int, int]:

@@ -19,7 +19,9 @@ from gpuscout.units import HOUR_S
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
 
 
-class PickRow(Frozen):
+class OfferFacts(Frozen):
+    """What every priced row says of its offer: which one, in what currency, seen when."""
+
     offer_id: str
     provider: str
     tier: str
@@ -28,6 +30,15 @@ class PickRow(Frozen):
     currency: str
     observed_at: date
     stale: bool
+
+
+def offer_facts(offer: Offer, today: date) -> dict[str, object]:
+    return {"offer_id": offer.id, "provider": offer.provider, "tier": offer.tier, "gpu_sku": offer.gpu,
+            "gpu_count": offer.gpu_count, "currency": offer.currency, "observed_at": offer.observed_at,
+            "stale": is_stale(offer, today)}
+
+
+class PickRow(OfferFacts):
     fits: bool
     gpus_needed: int | None
     runtime_s: float | None
@@ -48,9 +59,7 @@ class PickRow(Frozen):
 
 
 def row_base(offer: Offer, today: date) -> dict[str, object]:
-    return {"offer_id": offer.id, "provider": offer.provider, "tier": offer.tier, "gpu_sku": offer.gpu,
-            "gpu_count": offer.gpu_count, "currency": offer.currency, "observed_at": offer.observed_at,
-            "stale": is_stale(offer, today), "gpus_needed": None, "runtime_s": None,
+    return {**offer_facts(offer, today), "gpus_needed": None, "runtime_s": None,
             "runtime_low_s": None, "runtime_high_s": None, "bound": None, "total_usd": None,
             "total_p95_usd": None, "unit_costs_usd": {}, "slo_met": None, "metrics": {}}
 
