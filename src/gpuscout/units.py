@@ -14,8 +14,11 @@ KB = 1000
 MB = 1000**2
 GB = 1000**3
 TB = 1000**4
+MINUTE_S = 60.0
+HOUR_S = 3600.0
+DAY_S = 86400.0
 
-_SECOND_UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hr": 3600.0, "d": 86400.0}
+_SECOND_UNITS = {"s": 1.0, "sec": 1.0, "m": MINUTE_S, "min": MINUTE_S, "h": HOUR_S, "hr": HOUR_S, "d": DAY_S}
 _QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
@@ -32,12 +35,20 @@ def parse_duration_s(text: str) -> float:
     return float(match.group(1)) * _SECOND_UNITS[unit or "s"]
 
 
-def parse_time_s(text: str, flag: str) -> float:
-    """ISO 8601 time → epoch seconds; a time without a zone is taken as UTC."""
+def iso_time(text: str) -> datetime | None:
+    """An ISO 8601 date or time, taken as UTC when it names no zone; None when `text` is not one."""
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def parse_time_s(text: str, flag: str) -> float:
+    """ISO 8601 time → epoch seconds; a time without a zone is taken as UTC."""
+    when = iso_time(text)
+    if when is None:
         raise SpecError(f"{flag} {text!r} is not an ISO 8601 time.",
                         "gpuscout reads times as ISO 8601, e.g. 2025-06-01T12:00:00Z.",
-                        "Use e.g. 2025-06-01T12:00:00Z (a time without a zone is taken as UTC).") from None
-    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+                        "Use e.g. 2025-06-01T12:00:00Z (a time without a zone is taken as UTC).")
+    return when.timestamp()

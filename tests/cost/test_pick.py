@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpuscout.cost.pick import PickRow, exclusion, lay_out, mark_pareto, pick, place, slo_met
+from gpuscout.cost.pick import lay_out, mark_pareto, pick, place, slo_met
+from gpuscout.cost.pick_row import PickRow, exclusion
 from gpuscout.estimator.fit import planned_job
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.speed.estimate import estimate_speed
@@ -177,7 +178,7 @@ def test_every_gpu_of_the_instance_serves_as_a_replica(job: InferenceJob | Image
         assert eight.metrics[latency] == pytest.approx(one.metrics[latency])  # latency does not scale
 
 
-# The case: a plain bf16 LoRA of Llama-3-8B, 91.6 GiB as written.
+# A plain bf16 LoRA of Llama-3-8B, 91.6 GiB as written: past an H100 until a plan changes it.
 PLAIN_LORA = FinetuneJob(kind="finetune", model="llama-3-8b", method="lora", micro_batch=4, seq_len=2048,
                          grad_accum=4, dataset_tokens=10**7)
 SMALL_CARDS = ("rtx-4090", "a100-40gb")
@@ -270,7 +271,7 @@ def test_serving_plans_time_fp8_kv_at_the_original_width() -> None:
 
 
 def test_offers_sharing_a_shape_are_laid_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpuscout.cost.pick as module
+    from gpuscout.cost import pick as module
 
     calls: list[tuple[str, int]] = []
     real = module.lay_out

@@ -45,6 +45,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from threaded_server import asyncio_server_in_thread
+
 
 @dataclass
 class FakeConfig:
@@ -61,6 +63,9 @@ class FakeConfig:
     prefill_s_per_token: float = 0.0  # added to TTFT for each prompt word not found in the prefix cache
     no_usage: bool = False  # never send usage (llama-cpp-python's server ignores include_usage)
     max_running: int | None = None  # serve this many at once; the rest wait (a server that can saturate)
+    metrics_page: str | None = None  # served at /metrics instead of the honest page (a broken or hostile exporter)
+    images_returned: int | None = None  # images in every answer, whatever `n` asked (a server that lies)
+    metrics_status: int = 200  # the /metrics page's HTTP status (its body is the page all the same)
 
 
 @dataclass(slots=True)
@@ -83,10 +88,6 @@ class Served:
     cached_tokens: int = 0  # of them, found in the prefix cache
     images: int = 0
 
-    @property
-    def first_write_s(self) -> float | None:
-        return self.writes_s[0] if self.writes_s else None
-
 
 @dataclass
 class FakeServer:
@@ -97,6 +98,7 @@ class FakeServer:
     blocks: set[tuple[str, ...]] = field(default_factory=set)  # cached prefixes, block-aligned
     running: int = 0
     scrapes: int = 0
+    scrape_auth: list[str | None] = field(default_factory=list)  # the authorization header of each scrape
     gate: asyncio.Semaphore | None = None
 
     def metrics_text(self) -> str:
@@ -168,7 +170,9 @@ async def _respond(server: FakeServer, writer: asyncio.StreamWriter, method: str
         return await _plain(writer, 200, {"status": "ok"})
     if method == "GET" and path == "/metrics":
         server.scrapes += 1
-        return await _text(writer, server.metrics_text())
+        server.scrape_auth.append(headers.get("authorization"))
+        page = server.config.metrics_page
+        return await _text(writer, server.metrics_text() if page is None else page, server.config.metrics_status)
     route = path.split("?", 1)[0]
     if method == "POST" and route == "/v1/images/generations":
         return await _images(server, writer, json.loads(body), path, received)
@@ -316,7 +320,7 @@ async def _images(server: FakeServer, writer: asyncio.StreamWriter, req: dict[st
     """An image generation: `n` images, `image_delay_s` each, as base64 JSON."""
     served = Served(str(req.get("prompt", "")), path, received)
     server.records.append(served)
-    n = int(req.get("n", 1))
+    n = int(req.get("n", 1)) if server.config.images_returned is None else server.config.images_returned
     await asyncio.sleep(server.config.image_delay_s * n)
     served.images = n
     image = base64.b64encode(b"\x89PNG" + bytes(2048)).decode()
@@ -325,10 +329,10 @@ async def _images(server: FakeServer, writer: asyncio.StreamWriter, req: dict[st
     return keep
 
 
-async def _text(writer: asyncio.StreamWriter, text: str) -> bool:
+async def _text(writer: asyncio.StreamWriter, text: str, status: int = 200) -> bool:
     data = text.encode()
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n%s" % (
-        len(data), data))
+    writer.write(b"HTTP/1.1 %d OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n%s" % (
+        status, len(data), data))
     await writer.drain()
     return True
 
@@ -356,49 +360,9 @@ def serve_in_thread(config: FakeConfig | None = None, tls: ssl.SSLContext | None
     """Run the server on 127.0.0.1 (a free port) in a background thread; stop it cleanly on exit.
     With `tls` (a server-side context) it speaks HTTPS."""
     server = FakeServer(config or FakeConfig(), tls=tls is not None)
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    handlers: set[asyncio.Task[None]] = set()
-    holder: dict[str, asyncio.Server] = {}
-
-    async def start() -> None:
-        async def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            handlers.add(task)
-            try:
-                await _handle(server, r, w)
-            finally:
-                handlers.discard(task)
-
-        srv = await asyncio.start_server(on_connect, "127.0.0.1", 0, ssl=tls)
-        holder["srv"] = srv
-        server.port = srv.sockets[0].getsockname()[1]
-        ready.set()
-
-    async def stop() -> None:
-        holder["srv"].close()
-        for task in list(handlers):
-            task.cancel()
-        await asyncio.gather(*handlers, return_exceptions=True)
-        await holder["srv"].wait_closed()
-
-    def main() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(start())
-        loop.run_forever()
-        loop.run_until_complete(stop())
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-
-    thread = threading.Thread(target=main, name="fake-openai", daemon=True)
-    thread.start()
-    ready.wait(10)
-    try:
+    with asyncio_server_in_thread(lambda r, w: _handle(server, r, w), "fake-openai", ssl=tls) as port:
+        server.port = port
         yield server
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
 
 
 @dataclass(frozen=True)

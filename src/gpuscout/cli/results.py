@@ -7,15 +7,15 @@ output is printed (and written with -o) all the same.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
+from gpuscout.cli.output import print_json
 from gpuscout.errors import GpuscoutError
+from gpuscout.report.escape import printable, screen_console
 
 StoreOption = Annotated[Path | None, typer.Option(
     "--store", help="Results store (SQLite file); default: $GPUSCOUT_STORE, else "
@@ -33,7 +33,7 @@ def record(kind: str, payload: dict[str, Any], *, store: Path | None, no_store: 
         return None
     from gpuscout import api
 
-    err = Console(stderr=True)
+    err = screen_console(stderr=True)
     try:
         entry = api.record_run(kind, payload, store=store)
     except GpuscoutError as exc:
@@ -61,15 +61,15 @@ def list_runs(
 
     listing = api.list_results(kind=kind, job=job, since=since, limit=limit or None, store=store)
     if as_json:
-        _print_json({"store": str(listing.store), "matched": listing.matched,
-                     "runs": [r.model_dump(mode="json") for r in listing.runs]})
+        print_json({"store": str(listing.store), "matched": listing.matched,
+                    "runs": [r.model_dump(mode="json") for r in listing.runs]})
         return
     import shutil
 
     from gpuscout.report.results import results_text
 
     width = shutil.get_terminal_size((80, 24)).columns
-    sys.stdout.write(results_text(listing.runs, listing.matched, listing.store, width=width))
+    sys.stdout.write(printable(results_text(listing.runs, listing.matched, listing.store, width=width)))
 
 
 @results_app.command("show")
@@ -81,11 +81,11 @@ def show(run_id: RunIdArg, store: StoreOption = None,
 
     shown = api.show_result(run_id, store=store)
     if as_json:
-        _print_json({"run": shown.entry.model_dump(mode="json"), "payload": shown.payload})
+        print_json({"run": shown.entry.model_dump(mode="json"), "payload": shown.payload})
         return
     from gpuscout.report.stored_run import stored_run_screen
 
-    Console().print(stored_run_screen(shown.entry, shown.payload))
+    screen_console().print(stored_run_screen(shown.entry, shown.payload))
 
 
 @results_app.command("export")
@@ -98,10 +98,6 @@ def export(run_id: RunIdArg,
 
     path = api.export_result(run_id, output, store=store)
     if as_json:
-        _print_json({"run": run_id, "output": str(path), "bytes": path.stat().st_size})
+        print_json({"run": run_id, "output": str(path), "bytes": path.stat().st_size})
     else:
-        Console().print(f"run {run_id} written to {path}", markup=False, highlight=False)
-
-
-def _print_json(payload: Any) -> None:
-    sys.stdout.write(json.dumps(payload, indent=2, default=str, allow_nan=False) + "\n")
+        screen_console().print(f"run {run_id} written to {path}", markup=False, highlight=False)

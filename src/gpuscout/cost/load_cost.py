@@ -20,21 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import ExchangeRate, to_usd
 from gpuscout.hardware.offers import Offer, instance_price_per_hour
 from gpuscout.results.schema import Case
+from gpuscout.units import HOUR_S
 
-HOUR_S = 3600.0
 GOODPUT_TOKENS_METRIC = "goodput_output_tokens_per_s"
 CONTROL_SUFFIX = ", no shared prefix"  # the name `load --prefix-control` gives a level's control case
 
 
-class LoadCost(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class LoadCost(Frozen):
     usd_per_hour: float
     price_source: str  # the offer id, or "--usd-per-hour"
     usd_per_1m_output_tokens: float | None  # None when nothing was produced
@@ -100,13 +97,6 @@ def price_load_cases(cases: Sequence[Case], usd_per_hour: float, *, price_source
 def price_load_cases_on_offer(cases: Sequence[Case], offer: Offer,
                               rates: Sequence[ExchangeRate] = ()) -> tuple[LoadCost, ...]:
     return price_load_cases(cases, offer_usd_per_hour(offer, rates), price_source=offer.id, example=offer.example)
-
-
-def price_load_on_offer(case: Case, offer: Offer, rates: Sequence[ExchangeRate] = ()) -> LoadCost:
-    cost = price_load(case, offer_usd_per_hour(offer, rates), price_source=offer.id)
-    if offer.example:
-        return cost.model_copy(update={"notes": (*cost.notes, f"{offer.id} is an example price, not a quote")})
-    return cost
 
 
 def _goodput_tokens_per_s(values: dict[str, float]) -> tuple[float | None, str]:

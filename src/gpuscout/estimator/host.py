@@ -22,8 +22,6 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.estimator.breakdown import total_bytes
 from gpuscout.estimator.image import weight_terms as image_weight_terms
 from gpuscout.estimator.inference import weight_terms as inference_weight_terms
@@ -37,15 +35,14 @@ from gpuscout.estimator.training import (
     trainable_params,
 )
 from gpuscout.estimator.video import component_bytes as video_component_bytes
+from gpuscout.frozen import Frozen
 from gpuscout.workload.colocated import ColocatedShape, served_jobs
 from gpuscout.workload.image import ImageModelShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
 from gpuscout.workload.jobtime import checkpoint_saves
+from gpuscout.workload.model import Model
 from gpuscout.workload.shape import ModelShape
 from gpuscout.workload.video import VideoModelShape
-
-Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
-Model = ModelShape | ImageModelShape | VideoModelShape
 
 GIB = 2**30
 GB = 10**9
@@ -83,10 +80,9 @@ FP32_BYTES = 4
 OFFLOAD_HOST_COPIES = 2
 
 
-class HostTerm(BaseModel):
+class HostTerm(Frozen):
     """One line of host RAM or disk, with the formula it used."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     kind: Literal["ram", "disk"]
@@ -95,10 +91,9 @@ class HostTerm(BaseModel):
     output: bool = False  # what the job produces: shipped back where the data lives (docs/cost.md §2.14)
 
 
-class HostNeeds(BaseModel):
+class HostNeeds(Frozen):
     """Host RAM and disk of the whole job on one machine (all its GPU processes together)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     processes: int  # GPU processes on the machine (one per GPU used)
     workers_per_process: int  # DataLoader workers per GPU process (0 for serving and images)
@@ -226,12 +221,9 @@ def _offload_terms(job: FinetuneJob, model: ModelShape, load: HostTerm) -> list[
     cpu_job = job.model_copy(update={"precision": "fp32"})  # DeepSpeed's CPU Adam keeps fp32 states
     states, formula = optimizer_state_bytes(cpu_job, model, n)
     held = n * 8 + states
-    return [_ram("checkpoint load copies", max(load.bytes - held, 0),
-                 f"max(0, {load.bytes:,} B of load copies − the offloaded states): freed as the states are built"),
-            _ram("offloaded optimizer states", held,
-                 f"{n:,} trainable × (4 B fp32 master + 4 B fp32 gradient) + {formula}"),
-            _ram("pinned buffers and slack", held * (OFFLOAD_BUFFER_FACTOR - 1),
-                 f"{OFFLOAD_BUFFER_FACTOR - 1:g} × offloaded states (DeepSpeed's additional_buffer_factor 1.5)")]
+    return _offloaded_terms(load, held, "optimizer states",
+                            f"{n:,} trainable × (4 B fp32 master + 4 B fp32 gradient) + {formula}",
+                            freed="the offloaded states): freed as the states are built")
 
 
 def _param_offload_terms(job: FinetuneJob, model: ModelShape, load: HostTerm) -> list[HostTerm]:
@@ -245,10 +237,17 @@ def _param_offload_terms(job: FinetuneJob, model: ModelShape, load: HostTerm) ->
     cpu_job = job.model_copy(update={"precision": "fp32"})  # the CPU step keeps fp32 states
     states, formula = optimizer_state_bytes(cpu_job, model, n)
     held = p * pb + n * gb + states
+    return _offloaded_terms(load, held, "parameters, gradients and optimizer states",
+                            f"{p:,} params × {pb} B + {n:,} trainable × {gb} B gradients + {formula}",
+                            freed="the offloaded model): freed as the shards are built")
+
+
+def _offloaded_terms(load: HostTerm, held: float, what: str, formula: str, *, freed: str) -> list[HostTerm]:
+    """What offloading to host RAM holds: the load copies beyond it (freed as the offloaded part is built),
+    the offloaded part itself, and DeepSpeed's pinned buffers and slack on top."""
     return [_ram("checkpoint load copies", max(load.bytes - held, 0),
-                 f"max(0, {load.bytes:,} B of load copies − the offloaded model): freed as the shards are built"),
-            _ram("offloaded parameters, gradients and optimizer states", held,
-                 f"{p:,} params × {pb} B + {n:,} trainable × {gb} B gradients + {formula}"),
+                 f"max(0, {load.bytes:,} B of load copies − {freed}"),
+            _ram(f"offloaded {what}", held, formula),
             _ram("pinned buffers and slack", held * (OFFLOAD_BUFFER_FACTOR - 1),
                  f"{OFFLOAD_BUFFER_FACTOR - 1:g} × offloaded states (DeepSpeed's additional_buffer_factor 1.5)")]
 

@@ -11,6 +11,7 @@ from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.numbers import exact, gib, size
 from gpuscout.workload.image import ImageModelShape
+from gpuscout.workload.model import Model
 from gpuscout.workload.presets import LlmPreset
 from gpuscout.workload.shape import ModelShape
 from gpuscout.workload.video import VideoModelShape
@@ -51,19 +52,16 @@ def weights_table(weight_bytes: Mapping[str, int], kv_per_token: Mapping[str, in
 
 
 def image_model_table(model: ImageModelShape) -> Table:
-    table = Table(title=f"{model.name} ({model.family}, {model.denoiser_kind})")
-    for col in ("component", "class"):
-        label_column(table, col)
-    number_column(table, "params")
-    label_column(table, "default dtype")
-    for c in model.components:
-        table.add_row(c.name, c.class_name, exact(c.params), c.default_dtype)
-    table.add_row("total", "", exact(model.params_total), "")
-    return table
+    return _components_table(f"{model.name} ({model.family}, {model.denoiser_kind})", model)
 
 
 def video_model_table(model: VideoModelShape) -> Table:
-    table = Table(title=f"{model.name} ({model.family}, video DiT)")
+    return _components_table(f"{model.name} ({model.family}, video DiT)", model)
+
+
+def _components_table(title: str, model: ImageModelShape | VideoModelShape) -> Table:
+    """A diffusion model's components, each with its class, parameters and default dtype, and the total."""
+    table = Table(title=title)
     for col in ("component", "class"):
         label_column(table, col)
     number_column(table, "params")
@@ -91,7 +89,7 @@ def preset_table(presets: Sequence[LlmPreset], image_ids: Sequence[str],
     return Group(table, notes.flush())
 
 
-def model_screen(shape: ModelShape | ImageModelShape | VideoModelShape, weights: Mapping[str, int],
+def model_screen(shape: Model, weights: Mapping[str, int],
                  kv_per_token: Mapping[str, int]) -> RenderableType:
     """A language model's shape with its weights and KV cache, or an image or video model's components."""
     if isinstance(shape, ImageModelShape):

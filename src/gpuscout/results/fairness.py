@@ -13,7 +13,8 @@ import json
 from collections.abc import Sequence
 
 from gpuscout.errors import GpuscoutError
-from gpuscout.results.schema import BenchResult, Frozen
+from gpuscout.frozen import Frozen
+from gpuscout.results.schema import BenchResult
 
 ABSENT = "(absent)"
 
