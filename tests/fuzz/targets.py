@@ -83,7 +83,7 @@ def _metrics_body(path: Path, case: FileCase) -> Any:
     from gpuscout.loadgen.record import LoadRun, RequestRecord, ServerSample
     from gpuscout.loadgen.run import build_result
     from gpuscout.loadgen.schedule import LoadShape
-    from gpuscout.loadgen.server_metrics import MAX_METRICS_BYTES, parse_prometheus, read_server
+    from gpuscout.loadgen.server_metrics import MAX_METRICS_BYTES, MetricOutOfRange, parse_prometheus, read_server
     from gpuscout.loadgen.workload import Prompt, Workload
     from gpuscout.results.database import record
     from gpuscout.results.store import save_result
@@ -96,7 +96,13 @@ def _metrics_body(path: Path, case: FileCase) -> Any:
             body = handle.read(MAX_METRICS_BYTES + 1)
         if len(body) > MAX_METRICS_BYTES:
             continue  # the monitor notes such a page once and stops asking
-        found, values = read_server(parse_prometheus(body.decode("utf-8", "replace")))
+        try:
+            found, values = read_server(parse_prometheus(body.decode("utf-8", "replace")))
+        except MetricOutOfRange:  # as the monitor does: one impossible value, and none of its pages are kept
+            samples.clear()
+            break
+        if not values:
+            break  # no name gpuscout reads: the monitor stops asking
         engine = engine or found
         samples.append(ServerSample(t_s=float(t), values=values))
     records = tuple(RequestRecord(index=i, warmup=False, intended_s=0.5 * i, sent_s=0.5 * i,
