@@ -35,6 +35,7 @@ import re
 from collections.abc import Sequence
 
 from gpuscout.loadgen.record import ServerSample
+from gpuscout.results.schema import MIN_MAGNITUDE
 
 MAX_METRICS_BYTES = 16 << 20  # a /metrics page with per-request histograms is a few hundred KiB
 # The largest count a real server reports: a token counter at 1e6 tokens/s (past any single server: vLLM's
@@ -100,9 +101,11 @@ def read_server(page: dict[str, float]) -> tuple[str | None, dict[str, float]]:
 
 def _in_range(name: str, source: str, value: float) -> float:
     top = 1.0 if name in FRACTIONS else MAX_COUNT
-    if not (math.isfinite(value) and 0 <= value <= top):
+    # A nonzero value below a result's resolution (1e-30) is no count or fraction a server keeps either,
+    # and the result that stored it would be refused when read back.
+    if not (math.isfinite(value) and (value == 0 or MIN_MAGNITUDE <= value <= top)):
         raise MetricOutOfRange(f"{source} is {value:.6g} (summed over its label sets), outside the range a server "
-                               f"reports, 0 to {top:g}")
+                               f"reports: 0, or {MIN_MAGNITUDE:g} to {top:g}")
     return value
 
 
