@@ -3,7 +3,6 @@ are turned into estimate-vs-measurement rows, and missing packages become skip r
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from benchmark_script import load_benchmark
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.measure.harness import BenchSettings
 from gpuscout.measure.image_bench import run_image_case
@@ -23,12 +23,7 @@ SCRIPT = REPO / "benchmarks" / "validate_on_gpu.py"
 
 @pytest.fixture(scope="module")
 def validator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("validate_on_gpu", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("validate_on_gpu")
 
 
 def table_rows(text: str) -> list[list[str]]:

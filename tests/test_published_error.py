@@ -3,7 +3,6 @@ mapping from a measured quantity to gpuscout's estimate, the error arithmetic an
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from benchmark_script import load_benchmark
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.workload.image import load_image_preset
@@ -26,12 +26,7 @@ GIB = 2**30
 
 @pytest.fixture(scope="module")
 def bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("published_error", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("published_error")
 
 
 def point_toml(**overrides: Any) -> str:

@@ -17,56 +17,49 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# Public name → the module that defines it.
-_EXPORTS = {
-    **dict.fromkeys(("estimate", "pick", "cost", "bench", "compare", "load", "probe", "describe_model", "gpus",
-                     "load_job", "doctor", "EstimateReport", "PickReport", "CostReport", "BenchReport", "CompareReport",
-                     "LoadReport", "ModelReport", "DoctorReport"), "gpuscout.api"),
-    **dict.fromkeys(("LoadPlan", "make_plan"), "gpuscout.loadgen.plan"),
-    **dict.fromkeys(("BenchSettings", "bench_settings"), "gpuscout.measure.harness"),
-    **dict.fromkeys(("FinetuneJob", "InferenceJob", "ImageJob"), "gpuscout.workload.job"),
-    "CostOptions": "gpuscout.cost.billing",
-    "GpuscoutError": "gpuscout.errors",
+# Every public name, once, under the module that defines it: `__all__` and the lazy imports both
+# come from here. The api's names are `gpuscout.api.__all__` (tests/test_api.py holds them equal);
+# the rest are the types and option builders its calls take and return.
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "gpuscout.api": (
+        "BenchReport", "CalibrateReport", "CompareReport", "CostReport", "DoctorReport", "EstimateReport",
+        "InputError", "Job", "JobRef", "LoadReport", "ModelPresets", "ModelReport", "PickReport", "ReportInputs",
+        "ResultsList", "StoredRunReport", "bench", "calibrate", "compare", "cost", "describe_model", "doctor",
+        "estimate", "examples_dir", "export_result", "gpus", "list_results", "load", "load_job", "model_presets",
+        "pick", "probe", "record_run", "report_inputs", "show_result", "store_path", "where_rented",
+    ),
+    "gpuscout.loadgen.plan": ("LoadPlan", "make_plan"),
+    "gpuscout.loadgen.probe": ("ProbeResult",),
+    "gpuscout.measure.harness": ("BenchSettings", "bench_settings"),
+    "gpuscout.workload.job": ("FinetuneJob", "ImageJob", "InferenceJob", "VideoJob"),
+    "gpuscout.cost.billing": ("CostOptions",),
+    "gpuscout.results.schema": ("BenchResult",),
+    "gpuscout.results.database": ("StoredRun",),
+    "gpuscout.errors": ("GpuscoutError",),
 }
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-__all__ = [
-    "BenchReport", "BenchSettings", "CompareReport", "CostOptions", "CostReport", "DoctorReport", "EstimateReport",
-    "FinetuneJob", "GpuscoutError", "ImageJob", "InferenceJob", "LoadPlan", "LoadReport", "ModelReport", "PickReport",
-    "bench", "bench_settings", "compare", "cost", "describe_model", "doctor", "estimate", "gpus", "load", "load_job",
-    "make_plan", "pick", "probe",
-]
+__all__ = sorted(_MODULE_OF)
 
-if TYPE_CHECKING:
-    from gpuscout.api import (
-        BenchReport,
-        CompareReport,
-        CostReport,
-        DoctorReport,
-        EstimateReport,
-        LoadReport,
-        ModelReport,
-        PickReport,
-        bench,
-        compare,
-        cost,
-        describe_model,
-        doctor,
-        estimate,
-        gpus,
-        load,
-        load_job,
-        pick,
-        probe,
-    )
-    from gpuscout.cost.billing import CostOptions
-    from gpuscout.errors import GpuscoutError
-    from gpuscout.loadgen.plan import LoadPlan, make_plan
-    from gpuscout.measure.harness import BenchSettings, bench_settings
-    from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob
+if TYPE_CHECKING:  # for type checkers, which cannot read the table; tests/test_api.py holds the two equal
+    from gpuscout.api import *  # noqa: F403
+    from gpuscout.cost.billing import CostOptions as CostOptions
+    from gpuscout.errors import GpuscoutError as GpuscoutError
+    from gpuscout.loadgen.plan import LoadPlan as LoadPlan
+    from gpuscout.loadgen.plan import make_plan as make_plan
+    from gpuscout.loadgen.probe import ProbeResult as ProbeResult
+    from gpuscout.measure.harness import BenchSettings as BenchSettings
+    from gpuscout.measure.harness import bench_settings as bench_settings
+    from gpuscout.results.database import StoredRun as StoredRun
+    from gpuscout.results.schema import BenchResult as BenchResult
+    from gpuscout.workload.job import FinetuneJob as FinetuneJob
+    from gpuscout.workload.job import ImageJob as ImageJob
+    from gpuscout.workload.job import InferenceJob as InferenceJob
+    from gpuscout.workload.job import VideoJob as VideoJob
 
 
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
+    module = _MODULE_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'gpuscout' has no attribute {name!r}")
     value = getattr(import_module(module), name)
@@ -75,4 +68,4 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    return sorted({*globals(), *_MODULE_OF})

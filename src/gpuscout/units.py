@@ -32,12 +32,20 @@ def parse_duration_s(text: str) -> float:
     return float(match.group(1)) * _SECOND_UNITS[unit or "s"]
 
 
-def parse_time_s(text: str, flag: str) -> float:
-    """ISO 8601 time → epoch seconds; a time without a zone is taken as UTC."""
+def iso_time(text: str) -> datetime | None:
+    """An ISO 8601 date or time, taken as UTC when it names no zone; None when `text` is not one."""
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
+
+
+def parse_time_s(text: str, flag: str) -> float:
+    """ISO 8601 time → epoch seconds; a time without a zone is taken as UTC."""
+    when = iso_time(text)
+    if when is None:
         raise SpecError(f"{flag} {text!r} is not an ISO 8601 time.",
                         "gpuscout reads times as ISO 8601, e.g. 2025-06-01T12:00:00Z.",
-                        "Use e.g. 2025-06-01T12:00:00Z (a time without a zone is taken as UTC).") from None
-    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()
+                        "Use e.g. 2025-06-01T12:00:00Z (a time without a zone is taken as UTC).")
+    return when.timestamp()

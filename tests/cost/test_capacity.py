@@ -86,6 +86,6 @@ def test_a_load_result_without_its_gpu_or_a_rate_without_a_result_is_refused(mea
         "gpu_name": None, "gpu_sku": None})})
     with pytest.raises(SpecError, match="names its server's GPU"):
         capacity_from_result(unnamed, job(Slo()))
-    with pytest.raises(SpecError, match="needs --load"):
+    with pytest.raises(SpecError, match="target_rps needs load_results"):
         api.pick(job(Slo()), target_rps=5.0, today=measured.created_at.date())
     assert math.isfinite(rps(measured, "concurrency 1"))

@@ -6,7 +6,7 @@ from datetime import date
 
 import pytest
 
-from gpuscout.cost.load_cost import offer_usd_per_hour, price_load, price_load_on_offer
+from gpuscout.cost.load_cost import offer_usd_per_hour, price_load, price_load_cases_on_offer
 from gpuscout.errors import SpecError
 from gpuscout.hardware.currency import ExchangeRate
 from gpuscout.hardware.offers import Offer
@@ -56,12 +56,12 @@ def test_offer_price_is_per_instance_after_discount_in_usd() -> None:
     assert offer_usd_per_hour(gpu_offer(discount=0.25)) == pytest.approx(3.0)
     eur = gpu_offer(currency="EUR", price_basis="instance", price=3.0, example=True)
     rate = ExchangeRate(currency="EUR", usd_per_unit=1.2, observed_at=date(2026, 9, 1), source="test")
-    cost = price_load_on_offer(load_case(output_tokens_per_s=1000.0, requests_per_s=10.0), eur, [rate])
+    [cost] = price_load_cases_on_offer([load_case(output_tokens_per_s=1000.0, requests_per_s=10.0)], eur, [rate])
     assert cost.usd_per_hour == pytest.approx(3.6) and cost.price_source == "h100x2"
     assert cost.usd_per_1m_output_tokens == pytest.approx(1.0)  # 0.001 / 1000 × 1e6
     assert any("example price" in note for note in cost.notes)
     with pytest.raises(SpecError, match="No exchange rate for EUR"):
-        price_load_on_offer(load_case(output_tokens_per_s=1.0), eur)
+        price_load_cases_on_offer([load_case(output_tokens_per_s=1.0)], eur)
 
 
 @pytest.mark.parametrize("price", [0.0, -1.0])

@@ -233,7 +233,7 @@ def cpu_result(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real `gpuscout bench` of the tiny fine-tune on this machine's CPU."""
     job, base = load_job_ref(EXAMPLES / "tiny-finetune.toml")
     result = run_bench(job, base_dir=base, settings=BenchSettings(device="cpu", warmup=1, repeats=3, runs=1),
-                       progress=False)
+                       progress=None)
     path = tmp_path_factory.mktemp("cpu") / "tiny-ft.json"
     save_result(result, path)
     return path

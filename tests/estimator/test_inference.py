@@ -96,15 +96,19 @@ def _speed(gpu: str, tp: int = 1, **kw: object) -> dict[str, float]:
     return estimate_inference_speed(j, LLAMA, find_gpu(gpu), gpus=tp, efficiency=None).metrics
 
 
+def _one_request(model: str, gpu: str, **fields: object) -> dict[str, float]:
+    """The speed model's metrics for one request of `model` on one `gpu`, with the default efficiencies."""
+    from gpuscout.estimator.speed.serve import estimate_inference_speed
+    j = InferenceJob.model_validate({"kind": "inference", "model": model, "requests": 1, **fields})
+    return estimate_inference_speed(j, load_llm_preset(model), find_gpu(gpu), gpus=1, efficiency=None).metrics
+
+
 def test_ttft_matches_a_measured_v1_server() -> None:
     # vLLM 0.31, Llama-3.1-8B-Instruct, A100 80GB, one request: first chunk at 182 ms for a
     # 2,065-token prompt (prefix-cache miss) and 42–47 ms when all but the last partial block hit.
     def ttft(hit: float) -> float:
-        from gpuscout.estimator.speed.serve import estimate_inference_speed
-        j = InferenceJob.model_validate({"kind": "inference", "model": "llama-3.1-8b", "prompt_tokens": 2065,
-                                         "output_tokens": 64, "requests": 1, "prefix_hit_rate": hit})
-        shape = load_llm_preset("llama-3.1-8b")
-        return estimate_inference_speed(j, shape, find_gpu("a100"), gpus=1, efficiency=None).metrics["ttft_s"]
+        return _one_request("llama-3.1-8b", "a100", prompt_tokens=2065, output_tokens=64,
+                            prefix_hit_rate=hit)["ttft_s"]
     assert ttft(0.0) == pytest.approx(0.182, rel=0.20)
     assert ttft(1 - 17 / 2065) == pytest.approx(0.045, rel=0.20)
 
@@ -127,13 +131,9 @@ def test_decode_batch_is_capped_by_max_num_seqs() -> None:
 def test_enforce_eager_decode_matches_a_measured_slowdown() -> None:
     # vllm-omni#7960: a Qwen2.5-7B-shaped LLM on A800s, ~13 ms per token with CUDA graphs and
     # ~22-23 ms eager, one request.
-    from gpuscout.estimator.speed.serve import estimate_inference_speed
-
     def tpot(eager: bool) -> float:
-        j = InferenceJob.model_validate({"kind": "inference", "model": "qwen2.5-7b", "prompt_tokens": 200,
-                                         "output_tokens": 256, "requests": 1, "enforce_eager": eager})
-        shape = load_llm_preset("qwen2.5-7b")
-        return estimate_inference_speed(j, shape, find_gpu("a800"), gpus=1, efficiency=None).metrics["tpot_s"]
+        return _one_request("qwen2.5-7b", "a800", prompt_tokens=200, output_tokens=256,
+                            enforce_eager=eager)["tpot_s"]
     assert tpot(False) == pytest.approx(0.013, rel=0.20)
     assert tpot(True) == pytest.approx(0.0225, rel=0.20)
 

@@ -1,4 +1,5 @@
-"""The speed model: hand-computed rooflines, monotonicity, bound switching, and the issue's rules."""
+"""The speed model: hand-computed rooflines, monotonicity, bound switching, and its documented rules
+(docs/estimator.md §3)."""
 
 from __future__ import annotations
 
@@ -159,7 +160,7 @@ def test_more_gpus_never_slower_compute_phase(llama8b: ModelShape, h100: Gpu) ->
     assert jobs == sorted(jobs, reverse=True)
 
 
-# --- bound switching and the issue's rules --------------------------------------------------------
+# --- bound switching and the documented rules (docs/estimator.md §3.9) -------------------------------
 
 
 def test_decode_batch_one_memory_bound_prefill_4k_compute_bound(llama8b: ModelShape, h100: Gpu) -> None:

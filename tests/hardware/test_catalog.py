@@ -34,8 +34,8 @@ EXPECTED_SKUS = {
     "b200", "b100", "mi300x", "mi325x",
 }  # fmt: skip
 
-# Every SKU added for issue 11 with the names it must answer to: the product name nvidia-smi prints
-# (NVIDIA's driver table, docs/gpus.md §4) and the spellings rental platforms use.
+# The SKUs added after the catalog's first edition, each with the names it must answer to: the product
+# name nvidia-smi prints (NVIDIA's driver table, docs/gpus.md §4) and the spellings rental platforms use.
 NAMES_OF_NEW_SKUS: dict[str, tuple[str, ...]] = {
     "a800-pcie-40gb": ("NVIDIA A800 40GB Active", "A800 PCIe 40GB", "a800-40gb-pcie"),
     "a800-sxm4-40gb": ("NVIDIA A800-SXM4-40GB", "A800-40G", "a800 40gb"),

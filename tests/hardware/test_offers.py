@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpuscout.errors import SpecError
 from gpuscout.hardware.currency import ExchangeRate, parse_fx, to_usd
-from gpuscout.hardware.offers import Offer, gpu_price_per_hour, instance_price_per_hour, is_stale
+from gpuscout.hardware.offers import Offer, instance_price_per_hour, is_stale
 from gpuscout.hardware.price_sheet import PriceSheet, load_price_sheet, parse_offer, parse_price_sheet
 
 EXAMPLE_SHEET = Path(__file__).resolve().parents[2] / "examples" / "prices.example.toml"
@@ -105,19 +105,17 @@ def test_example_sheet_header_says_prices_are_examples() -> None:
 def test_instance_price_is_shared_over_gpus_never_multiplied() -> None:
     offer = _offer(gpu_count=8, price=24.0, price_basis="instance")
     assert instance_price_per_hour(offer) == pytest.approx(24.0)
-    assert gpu_price_per_hour(offer) == pytest.approx(3.0)
+    assert instance_price_per_hour(offer) / offer.gpu_count == pytest.approx(3.0)  # $3 a GPU-hour
 
 
 def test_gpu_price_is_multiplied_by_gpu_count() -> None:
     offer = _offer(gpu_count=8, price=2.5, price_basis="gpu")
     assert instance_price_per_hour(offer) == pytest.approx(20.0)
-    assert gpu_price_per_hour(offer) == pytest.approx(2.5)
 
 
 def test_discount_applies_to_both_prices() -> None:
     offer = _offer(gpu_count=8, price=2.5, price_basis="gpu", discount=0.25)
     assert instance_price_per_hour(offer) == pytest.approx(15.0)
-    assert gpu_price_per_hour(offer) == pytest.approx(1.875)
 
 
 def test_gpu_name_becomes_catalog_sku_and_currency_upper_case() -> None:

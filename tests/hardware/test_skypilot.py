@@ -70,7 +70,7 @@ def test_aws_skipped_rows_are_counted_with_reasons() -> None:
     )
     summary = describe_import(result)
     assert summary.startswith("imported 12 offers, skipped 4 rows (unknown GPUs: Inferentia2;")
-    assert _by_id(result)["aws-p3.8xlarge-us-east-1a"].gpu == "v100-sxm2-16gb"  # V100 is in the catalog since issue 11
+    assert _by_id(result)["aws-p3.8xlarge-us-east-1a"].gpu == "v100-sxm2-16gb"  # V100 is in the catalog (docs/gpus.md)
     assert "fractional GPU count: 1" in summary
 
 
@@ -105,7 +105,7 @@ def test_gcp_attachable_rows_are_never_taken_for_machines() -> None:
         ("H100", HOST_WITHOUT_GPU),  # a3-highgpu-8g, whose H100 row is not in the file
         ("", NO_GPU),  # n1-standard-8
         ("L4", UNMATCHED_ATTACHABLE),  # europe-west4 L4 with no g2 host there
-        ("T4", UNMATCHED_ATTACHABLE),  # a known GPU (issue 11) whose n1 host is not in the file
+        ("T4", UNMATCHED_ATTACHABLE),  # a GPU the catalog knows, whose n1 host is not in the file
     }
 
 

@@ -45,6 +45,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from threaded_server import asyncio_server_in_thread
+
 
 @dataclass
 class FakeConfig:
@@ -83,10 +85,6 @@ class Served:
     cached_tokens: int = 0  # of them, found in the prefix cache
     images: int = 0
 
-    @property
-    def first_write_s(self) -> float | None:
-        return self.writes_s[0] if self.writes_s else None
-
 
 @dataclass
 class FakeServer:
@@ -96,7 +94,6 @@ class FakeServer:
     records: list[Served] = field(default_factory=list)
     blocks: set[tuple[str, ...]] = field(default_factory=set)  # cached prefixes, block-aligned
     running: int = 0
-    scrapes: int = 0
     gate: asyncio.Semaphore | None = None
 
     def metrics_text(self) -> str:
@@ -167,7 +164,6 @@ async def _respond(server: FakeServer, writer: asyncio.StreamWriter, method: str
     if method == "GET" and path == "/health":
         return await _plain(writer, 200, {"status": "ok"})
     if method == "GET" and path == "/metrics":
-        server.scrapes += 1
         return await _text(writer, server.metrics_text())
     route = path.split("?", 1)[0]
     if method == "POST" and route == "/v1/images/generations":
@@ -356,49 +352,9 @@ def serve_in_thread(config: FakeConfig | None = None, tls: ssl.SSLContext | None
     """Run the server on 127.0.0.1 (a free port) in a background thread; stop it cleanly on exit.
     With `tls` (a server-side context) it speaks HTTPS."""
     server = FakeServer(config or FakeConfig(), tls=tls is not None)
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    handlers: set[asyncio.Task[None]] = set()
-    holder: dict[str, asyncio.Server] = {}
-
-    async def start() -> None:
-        async def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            handlers.add(task)
-            try:
-                await _handle(server, r, w)
-            finally:
-                handlers.discard(task)
-
-        srv = await asyncio.start_server(on_connect, "127.0.0.1", 0, ssl=tls)
-        holder["srv"] = srv
-        server.port = srv.sockets[0].getsockname()[1]
-        ready.set()
-
-    async def stop() -> None:
-        holder["srv"].close()
-        for task in list(handlers):
-            task.cancel()
-        await asyncio.gather(*handlers, return_exceptions=True)
-        await holder["srv"].wait_closed()
-
-    def main() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(start())
-        loop.run_forever()
-        loop.run_until_complete(stop())
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-
-    thread = threading.Thread(target=main, name="fake-openai", daemon=True)
-    thread.start()
-    ready.wait(10)
-    try:
+    with asyncio_server_in_thread(lambda r, w: _handle(server, r, w), "fake-openai", ssl=tls) as port:
+        server.port = port
         yield server
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from threaded_server import asyncio_server_in_thread
+
 FAMILIES = ("honest", "shapes", "usage", "framing", "http", "size", "time", "secrets")
 WEIGHTS = (3, 2, 2, 2, 2, 1, 1, 1)
 USAGE_LIES = ("negative", "huge", "huge_float", "zero", "fewer_than_chunks", "short", "nan", "fraction",
@@ -579,48 +581,9 @@ def serve_in_thread(seed: int = 0, responder: Responder | None = None,
                     only: str | None = None) -> Iterator[GarbageServer]:
     """The server on 127.0.0.1 (a free port) in a background thread; every connection is cut on exit."""
     server = GarbageServer(seed, responder=responder, only=only)
-    loop = asyncio.new_event_loop()
-    ready = threading.Event()
-    handlers: set[asyncio.Task[None]] = set()
-    holder: dict[str, asyncio.Server] = {}
-
-    async def start() -> None:
-        async def on_connect(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            handlers.add(task)
-            try:
-                await _handle(server, r, w)
-            finally:
-                handlers.discard(task)
-
-        srv = await asyncio.start_server(on_connect, "127.0.0.1", 0, limit=2**20)
-        holder["srv"] = srv
-        server.port = srv.sockets[0].getsockname()[1]
-        ready.set()
-
-    async def stop() -> None:
-        holder["srv"].close()
-        for task in list(handlers):
-            task.cancel()
-        await asyncio.gather(*handlers, return_exceptions=True)
-        await holder["srv"].wait_closed()
-
-    def main() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(start())
-        loop.run_forever()
-        loop.run_until_complete(stop())
-        loop.close()
-
-    thread = threading.Thread(target=main, name="garbage-server", daemon=True)
-    thread.start()
-    ready.wait(10)
-    try:
+    with asyncio_server_in_thread(lambda r, w: _handle(server, r, w), "garbage-server", limit=2**20) as port:
+        server.port = port
         yield server
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
 
 
 def main() -> None:

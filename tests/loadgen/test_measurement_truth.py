@@ -2,7 +2,7 @@
 
 * The send is stamped when the request's bytes are written: at concurrency 64 the request leg (client
   send stamp → server has the body) stays near the machine's floor. With the old HTTP library the
-  stamp came before building and dispatching, and this leg was 35–53 ms (issue 15).
+  stamp came before building and dispatching, and this leg was 35–53 ms (docs/measurement.md §2.2).
 * At concurrency 64, 10 ms a token (6,400 chunks/s), the client's TTFT is the server's first-byte
   time plus milliseconds, not tens (it was ~55 ms with the old client).
 * A client that cannot keep up (its event loop saturated) makes the run invalid, with the reason.

@@ -34,19 +34,7 @@ CONFIG: dict[str, Any] = json.loads((EXAMPLES / "tiny-llama" / "config.json").re
 FAST = BenchSettings(device="cpu", warmup=1, repeats=3)
 FINETUNE_METRICS = {"step_s", "tokens_per_s", "samples_per_s", "job_s", "achieved_tflops"}
 INFERENCE_METRICS = {"ttft_s", "tpot_s", "e2e_s", "output_tokens_per_s", "prefill_tokens_per_s"}
-
-
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """One torch thread, here and in spawned cases: other test processes share this machine's cores,
-    and competing OpenMP threads slow tiny CPU steps many times over (correctness is tested, not speed)."""
-    import torch
-
-    before = torch.get_num_threads()
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def finetune(**fields: Any) -> FinetuneJob:
@@ -161,7 +149,7 @@ def test_qlora_and_8bit_adamw_on_the_cpu_are_unsupported_and_the_run_continues()
     plan = [*plan_finetune_cases(spec(finetune(method="qlora", precision="bf16_mixed"))),
             *plan_finetune_cases(spec(finetune(method="lora", optimizer="adamw_8bit"))),
             *plan_finetune_cases(spec(finetune(method="full", precision="fp32")))]
-    cases, complete, _ = run_planned(plan, FAST, progress=False)
+    cases, complete, _ = run_planned(plan, FAST, progress=None)
     kinds = [c.failure.kind if c.failure else None for c in cases]
     assert kinds == ["unsupported", "unsupported", None] and complete
     messages = [c.failure.message for c in cases if c.failure]
@@ -193,7 +181,7 @@ def test_a_jsonl_line_without_text_is_a_clear_error(tmp_path: Path) -> None:
 def test_inference_bench_at_two_concurrency_levels_round_trips(tmp_path: Path) -> None:
     job = load_job(EXAMPLES / "tiny-inference.toml")
     result = run_bench(job, base_dir=EXAMPLES, settings=BenchSettings(device="cpu", warmup=1, repeats=2, runs=2),
-                       progress=False)
+                       progress=None)
     assert result.kind == "inference" and result.complete
     assert [c.params["concurrency"] for c in result.cases] == [1, 4]
     for case in result.cases:
@@ -234,7 +222,7 @@ def test_ctrl_c_between_cases_returns_what_finished(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(bench, "run_watched", fake_run_isolated)
     job = load_job(EXAMPLES / "tiny-inference.toml")
-    result = run_bench(job, base_dir=EXAMPLES, settings=FAST.model_copy(update={"runs": 1}), progress=False)
+    result = run_bench(job, base_dir=EXAMPLES, settings=FAST.model_copy(update={"runs": 1}), progress=None)
     assert not result.complete
     assert [c.name for c in result.cases] == ["concurrency 1", "concurrency 4"]
     assert result.cases[0].failure is None
@@ -249,7 +237,7 @@ def test_ctrl_c_stops_the_remaining_cases(monkeypatch: pytest.MonkeyPatch) -> No
     plan = [PlannedCase("a", _finished, ("a",)), PlannedCase("b", interrupt, ("b",)),
             PlannedCase("c", _finished, ("c",))]
     monkeypatch.setattr(bench, "run_watched", lambda fn, *a, case, size, timeout_s: fn(*a))
-    cases, complete, notes = run_planned(plan, FAST.model_copy(update={"runs": 1}), progress=False)
+    cases, complete, notes = run_planned(plan, FAST.model_copy(update={"runs": 1}), progress=None)
     assert [c.name for c in cases] == ["a", "b"] and not complete
     assert notes == ["interrupted by Ctrl-C: 1 of 3 case runs finished"]
 
@@ -266,7 +254,7 @@ def test_runs_are_interleaved_and_merged_per_case(monkeypatch: pytest.MonkeyPatc
 
     plan = [PlannedCase("a", timed, ("a",)), PlannedCase("b", timed, ("b",))]
     monkeypatch.setattr(bench, "run_watched", lambda fn, *a, case, size, timeout_s: fn(*a))
-    cases, complete, _ = run_planned(plan, FAST.model_copy(update={"runs": 3}), progress=False)
+    cases, complete, _ = run_planned(plan, FAST.model_copy(update={"runs": 3}), progress=None)
     assert order == ["a", "b", "a", "b", "a", "b"] and complete
     a = cases[0]
     assert a.runs == 3 and [r.samples for r in a.metrics[0].runs] == [(1.0, 1.0), (3.0, 3.0), (5.0, 5.0)]
@@ -284,7 +272,7 @@ def test_an_interrupt_in_a_later_run_keeps_the_earlier_runs(monkeypatch: pytest.
 
     plan = [PlannedCase("a", flaky, ("a",)), PlannedCase("b", flaky, ("b",))]
     monkeypatch.setattr(bench, "run_watched", lambda fn, *a, case, size, timeout_s: fn(*a))
-    cases, complete, notes = run_planned(plan, FAST.model_copy(update={"runs": 3}), progress=False)
+    cases, complete, notes = run_planned(plan, FAST.model_copy(update={"runs": 3}), progress=None)
     assert not complete and [c.runs for c in cases] == [2, 2]
     assert cases[1].failure is None and cases[1].failed_runs[0].kind == "interrupted"
     assert notes == ["interrupted by Ctrl-C: 3 of 6 case runs finished"]
@@ -294,7 +282,7 @@ def test_bench_without_a_job_or_probe_is_a_user_error() -> None:
     from gpuscout.errors import GpuscoutError
 
     with pytest.raises(GpuscoutError, match="Nothing to measure"):
-        run_bench(None, base_dir=None, settings=FAST, progress=False)
+        run_bench(None, base_dir=None, settings=FAST, progress=None)
 
 
 def test_a_checkpoint_directory_loads_its_weights(tmp_path: Path) -> None:

@@ -43,16 +43,7 @@ EXAMPLES = Path(__file__).parent.parent.parent / "examples"
 CONFIG: dict[str, Any] = json.loads((EXAMPLES / "tiny-llama" / "config.json").read_text())
 SHAPE = shape_from_hf_config(CONFIG, name="tiny-llama", source="test")
 FAST = BenchSettings(device="cpu", warmup=1, repeats=2)
-
-
-@pytest.fixture(autouse=True)
-def one_thread(monkeypatch: pytest.MonkeyPatch) -> Any:
-    """One torch thread: other test processes share this machine's cores (correctness, not speed)."""
-    before = torch.get_num_threads()
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def finetune(**fields: Any) -> FinetuneJob:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -18,6 +20,7 @@ from gpuscout.measure.harness import (
     time_repeats,
     timed_metric,
 )
+from gpuscout.measure.progress import Advance, no_progress, progress_for
 from gpuscout.results.schema import Case, Metric
 
 SIZE = {"micro_batch": 8, "seq_len": 4096}
@@ -74,9 +77,36 @@ def test_a_hard_death_does_not_stop_the_next_case() -> None:
 
     plan = [PlannedCase("dies", dying_case, ("dies",), SIZE), PlannedCase("crashes", crashing_case, ("crashes",)),
             PlannedCase("ok", ok_case, ("ok",))]
-    cases, complete, notes = run_planned(plan, BenchSettings(), progress=False)
+    cases, complete, notes = run_planned(plan, BenchSettings(), progress=None)
     assert [c.failure.kind if c.failure else None for c in cases] == ["crash", "crash", None]
     assert complete and not notes
+
+
+def test_run_planned_reports_each_case_to_the_display_it_is_given() -> None:
+    """The bench draws nothing itself: it opens the display it was given for every case run and
+    reports each case as it starts and ends (report.progress draws the bar)."""
+    from gpuscout.measure.bench import run_planned
+
+    seen: list[tuple[str, bool]] = []
+    opened: list[int] = []
+
+    @contextlib.contextmanager
+    def display(total: int) -> Iterator[Advance]:
+        opened.append(total)
+        yield lambda name, done: seen.append((name, done))
+
+    plan = [PlannedCase("a", ok_case, ("a",)), PlannedCase("b", ok_case, ("b",))]
+    cases, complete, _ = run_planned(plan, BenchSettings(runs=2), progress=display)
+    assert complete and len(cases) == 2 and opened == [4]
+    assert seen == [(f"{n} (run {r} of 2)", done) for r in (1, 2) for n in ("a", "b") for done in (False, True)]
+
+
+def test_progress_for() -> None:
+    def display(total: int) -> contextlib.AbstractContextManager[Advance]:
+        return no_progress(total)
+
+    assert progress_for(display) is display
+    assert progress_for(None) is no_progress
 
 
 def test_a_case_past_its_timeout_is_killed_and_recorded() -> None:

@@ -18,29 +18,17 @@ import pytest
 from gpuscout.estimator.breakdown import MemoryBreakdown, bytes_by_category
 from gpuscout.estimator.host import estimate_host
 from gpuscout.estimator.training import estimate_finetune_memory
-from gpuscout.hardware.catalog import find_gpu
 from gpuscout.trace.llm import TraceResult, trace_finetune_step
 from gpuscout.workload.hf_config import shape_from_hf_config
 from gpuscout.workload.job import FinetuneJob
 
+from .oracle_models import CONFIGS, GPU, PEAK_TOL, STATE_TOL, allocated
+
 pytest.importorskip("transformers")
 
-GPU = find_gpu("h100")
-STATE_TOL = 0.01
-PEAK_TOL = 0.10
-# The small configs of tests/trace/test_oracle.py.
-DIMS = {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4, "num_attention_heads": 8,
-        "num_key_value_heads": 4, "vocab_size": 4000, "max_position_embeddings": 4096}
-CONFIGS: dict[str, dict[str, Any]] = {"llama": {"model_type": "llama", **DIMS},
-                                      "qwen2": {"model_type": "qwen2", **DIMS}}
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 TRACE_KEYS = {"checkpoint_policy": "checkpoint_policy", "activation_offload": "activation_offload",
               "optimizer_in_backward": "optimizer_in_bwd"}
-
-
-def allocated(b: MemoryBreakdown) -> int:
-    """The estimate without the GPU-only overheads the trace cannot see."""
-    return b.peak_bytes - bytes_by_category(b).get("overhead", 0)
 
 
 def run(family: str = "llama", **kw: Any) -> tuple[FinetuneJob, MemoryBreakdown, TraceResult]:

@@ -6,7 +6,6 @@ so `gpuscout --help` stays fast. User errors print their three parts and exit 1,
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -19,6 +18,8 @@ from rich.console import Console
 
 from gpuscout.cli.doctor import doctor
 from gpuscout.cli.load import load as load_command
+from gpuscout.cli.options import BillingOption, JsonFlag, RegionOption, RunsOption, WideFlag
+from gpuscout.cli.output import console, emit, worded
 from gpuscout.cli.report import report
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record, results_app
 from gpuscout.errors import GpuscoutError
@@ -32,11 +33,6 @@ app = typer.Typer(
 )
 app.command()(doctor)
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
-WideFlag = Annotated[bool, typer.Option("--wide", help="Every column, however wide the terminal.")]
-RunsOption = Annotated[int, typer.Option(help="Independent runs of every case, interleaved (fresh processes).")]
-RegionOption = Annotated[str | None, typer.Option(help="Region the machine was rented in (a fixed variable).")]
-BillingOption = Annotated[str | None, typer.Option(help="Billing type: on-demand, spot, reserved … (fixed).")]
 CurrencyOption = Annotated[str | None, typer.Option(
     "--currency", help="Show amounts (and read --budget) in this ISO currency, e.g. CNY; needs a rate for it.")]
 FxOption = Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit, e.g. CNY=0.14.")]
@@ -58,16 +54,16 @@ def gpus(as_json: JsonFlag = False) -> None:
     from gpuscout.report.payload import catalog_payload
 
     catalog = api.gpus()
-    _emit(lambda: catalog_payload(catalog), lambda: gpu_table(catalog), as_json)
+    emit(lambda: catalog_payload(catalog), lambda: gpu_table(catalog), as_json)
 
 
 @app.command()
 def examples() -> None:
     """List the example job specs and price sheet shipped with gpuscout, and where they are."""
+    from gpuscout import api
     from gpuscout.report.examples import examples_table
-    from gpuscout.workload.jobs import examples_dir
 
-    _console().print(examples_table(examples_dir()))
+    console().print(examples_table(api.examples_dir()))
 
 
 @app.command()
@@ -78,24 +74,22 @@ def model(
 ) -> None:
     """Show a model's shape: layers, heads, experts, parameters, weight bytes, KV cache per token."""
     if list_presets or not ref:
+        from gpuscout import api
         from gpuscout.report.model import preset_table
-        from gpuscout.workload.image import image_preset_ids
-        from gpuscout.workload.presets import llm_presets
-        from gpuscout.workload.video import video_preset_ids
 
-        presets, images, videos = llm_presets(), image_preset_ids(), video_preset_ids()
-        _emit(lambda: {"llm": [p.id for p in presets], "image": list(images), "video": list(videos)},
-              lambda: preset_table(presets, images, videos),
-              as_json)
+        presets = api.model_presets()
+        emit(lambda: {"llm": [p.id for p in presets.llm], "image": list(presets.image), "video": list(presets.video)},
+             lambda: preset_table(presets.llm, presets.image, presets.video),
+             as_json)
         return
     from gpuscout import api
     from gpuscout.report.model import model_screen
     from gpuscout.report.payload import model_payload
 
     report = api.describe_model(ref)
-    _emit(lambda: model_payload(report.shape, report.weight_bytes_by_format, report.kv_bytes_per_token_by_dtype),
-          lambda: model_screen(report.shape, report.weight_bytes_by_format, report.kv_bytes_per_token_by_dtype),
-          as_json)
+    emit(lambda: model_payload(report.shape, report.weight_bytes_by_format, report.kv_bytes_per_token_by_dtype),
+         lambda: model_screen(report.shape, report.weight_bytes_by_format, report.kv_bytes_per_token_by_dtype),
+         as_json)
 
 
 @app.command()
@@ -119,11 +113,11 @@ def estimate(
     _one_calibration_choice(calibration, no_calibration)
     report = api.estimate(job, gpus=gpu or (), trace=trace, trace_layers=layers, calibration=calibration,
                           use_calibration=not no_calibration)
-    _emit(lambda: estimate_payload(report.job, report.screening, report.trace, report.trace_analytic)
-          | calibration_payload(report.calibration, report.calibration_path),
-          lambda: estimate_screen(report.screening, detailed=report.detailed, wide=wide, trace=report.trace,
-                                  trace_analytic=report.trace_analytic, trace_scope=report.trace_scope,
-                                  trace_skipped=report.trace_skipped, calibration=report.calibration), as_json)
+    emit(lambda: estimate_payload(report.job, report.screening, report.trace, report.trace_analytic)
+         | calibration_payload(report.calibration, report.calibration_path),
+         lambda: estimate_screen(report.screening, detailed=report.detailed, wide=wide, trace=report.trace,
+                                 trace_analytic=report.trace_analytic, trace_scope=report.trace_scope,
+                                 trace_skipped=report.trace_skipped, calibration=report.calibration), as_json)
 
 
 @app.command()
@@ -182,9 +176,9 @@ def pick(
     payload = pick_payload(report.job, report.pick, report.offers_notes) | calibration_payload(
         report.calibration, report.calibration_path)
     record("pick", payload, store=store, no_store=no_store)
-    _emit(lambda: payload,
-          lambda: pick_screen(report.pick, report.offers_notes, wide=wide, top=top, calibration=report.calibration),
-          as_json)
+    emit(lambda: payload,
+         lambda: pick_screen(report.pick, report.offers_notes, wide=wide, top=top, calibration=report.calibration),
+         as_json)
 
 
 def _one_calibration_choice(calibration: Path | None, no_calibration: bool) -> None:
@@ -227,14 +221,14 @@ def cost(
                       options=cost_options(keep_stopped_days=keep_stopped_days))
     if report.offer is not None and report.bill is not None:
         the_offer, bill = report.offer, report.bill
-        _emit(lambda: bill_payload(the_offer, bill, report.rates),
-              lambda: bill_table(bill, f"{the_offer.id}: {report.hours:g} h of work, as billed", report.rates),
-              as_json)
+        emit(lambda: bill_payload(the_offer, bill, report.rates),
+             lambda: bill_table(bill, f"{the_offer.id}: {report.hours:g} h of work, as billed", report.rates),
+             as_json)
         return
     assert report.plain is not None
     plain, shown = report.plain, report.currency
-    _emit(lambda: calculator_payload(plain, report.billed, shown),
-          lambda: calculator_table(plain, report.billed, shown), as_json)
+    emit(lambda: calculator_payload(plain, report.billed, shown),
+         lambda: calculator_table(plain, report.billed, shown), as_json)
 
 
 @app.command()
@@ -270,10 +264,10 @@ def bench(
     """
     from gpuscout import api
     from gpuscout.errors import SpecError
-    from gpuscout.hardware.price_sheet import where_rented
     from gpuscout.measure.harness import bench_settings
     from gpuscout.report.bench import bench_screen
     from gpuscout.report.payload import bench_payload
+    from gpuscout.report.progress import step_bar
     from gpuscout.units import parse_time_s
 
     if job is None and not probe:
@@ -283,18 +277,19 @@ def bench(
     if dataset is not None and not dataset.is_file():
         raise SpecError(f"No dataset file at {dataset}.", "--dataset names the data to feed the model.",
                         'Pass a JSON Lines file with a "text" field per line, or a plain-text file.')
-    region, billing = where_rented(region, billing, offers, offer)
+    region, billing = api.where_rented(region, billing, offers, offer)
     settings = bench_settings(device=device, warmup=warmup, repeats=repeats, layers=layers, seed=seed, runs=runs,
                               region=region, billing=billing, dataset=str(dataset.resolve()) if dataset else None,
                               created_at=parse_time_s(created_at, "--created-at") if created_at else None)
-    report = api.bench(job, settings=settings, probe=probe, output=output, progress=True, doctor=doctor_result)
+    report = api.bench(job, settings=settings, probe=probe, output=output, progress=step_bar("bench"),
+                       doctor=doctor_result)
     payload = bench_payload(report.result, report.estimate)
     stored = record("bench", payload, store=store, no_store=no_store)
     screen = bench_screen(report.result, report.estimate, report.output, wide=wide, stored_as=stored)
     if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
         Console(stderr=True).print(screen)
         raise typer.Exit(128 + report.stopped_by)
-    _emit(lambda: payload, lambda: screen, as_json)
+    emit(lambda: payload, lambda: screen, as_json)
 
 
 @app.command()
@@ -340,7 +335,7 @@ def compare(
     if isinstance(out, str):
         sys.stdout.write(out if out.endswith("\n") else out + "\n")
     else:
-        _console().print(out)
+        console().print(out)
 
 
 @app.command()
@@ -362,9 +357,9 @@ def calibrate(
     from gpuscout.report.calibration import calibrate_payload, calibrate_screen
 
     report = api.calibrate(results or [], output=output)
-    _emit(lambda: calibrate_payload(report.calibration, report.skipped, report.output),
-          lambda: calibrate_screen(report.calibration, added=len(report.added), skipped=report.skipped,
-                                   output=report.output), as_json)
+    emit(lambda: calibrate_payload(report.calibration, report.skipped, report.output),
+         lambda: calibrate_screen(report.calibration, added=len(report.added), skipped=report.skipped,
+                                  output=report.output), as_json)
 
 
 app.command(name="load")(load_command)  # the command lives in cli/load.py (many options of its own)
@@ -383,28 +378,11 @@ def probe(
     from gpuscout.report.probe import probe_table
 
     result = api.probe(url, repeats=repeats, download_url=download_url, upload_url=upload_url)
-    _emit(lambda: result.model_dump(mode="json"), lambda: probe_table(result), as_json)
+    emit(lambda: result.model_dump(mode="json"), lambda: probe_table(result), as_json)
 
 
 app.command()(report)  # cli/report.py
 app.add_typer(results_app)  # cli/results.py
-
-
-def _emit(payload: Callable[[], Any], renderable: Callable[[], Any], as_json: bool) -> None:
-    """Print the JSON payload or the rendered screen; only the one asked for is built."""
-    if as_json:
-        _print_json(payload())
-    else:
-        _console().print(renderable())
-
-
-def _console() -> Console:
-    return Console()
-
-
-def _print_json(payload: Any) -> None:
-    # allow_nan=False: NaN and Infinity are not JSON; inputs are checked so that none reaches here.
-    sys.stdout.write(json.dumps(payload, indent=2, default=str, allow_nan=False) + "\n")
 
 
 def main() -> None:
@@ -416,7 +394,7 @@ def main() -> None:
     try:
         app()
     except GpuscoutError as exc:
-        sys.stderr.write(f"error: {exc.render()}\n")
+        sys.stderr.write(f"error: {worded(exc).render()}\n")
         sys.exit(1)
     except BrokenPipeError:
         # Point stdout at /dev/null so the interpreter's final flush cannot raise again.

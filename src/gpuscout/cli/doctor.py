@@ -6,14 +6,14 @@ The thin shell over `gpuscout.api.doctor`: parse, run, render, exit with the ver
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from gpuscout.cli.options import JsonFlag
+from gpuscout.cli.output import print_json
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record
 
 
@@ -38,7 +38,7 @@ def doctor(
     wide: Annotated[bool, typer.Option("--wide", help="Also list the readings with no band to judge them.")] = False,
     store: StoreOption = None,
     no_store: NoStoreFlag = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")] = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Check a rented machine in its first minutes: identity, health, performance against expected bands, host.
 
@@ -49,19 +49,19 @@ def doctor(
     """
     from gpuscout import api
     from gpuscout.report.doctor import doctor_screen
+    from gpuscout.report.progress import step_bar
     from gpuscout.units import parse_time_s
 
     report = api.doctor(offers=offers, offer=offer, gpu=gpu, job=job, quick=quick, nproc=nproc, device=device,
                         created_at=parse_time_s(created_at, "--created-at") if created_at else None, url=url,
-                        output=output, folder=folder, seed=seed, progress=True)
+                        output=output, folder=folder, seed=seed, progress=step_bar("doctor"))
     stored = record("doctor", report.result.model_dump(mode="json"), store=store, no_store=no_store)
     screen = doctor_screen(report.result, report.output, wide=wide, stored_as=stored)
     if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
         Console(stderr=True).print(screen)
         raise typer.Exit(report.exit_code)
     if as_json:
-        payload = {**report.result.model_dump(mode="json"), "exit_code": report.exit_code}
-        sys.stdout.write(json.dumps(payload, indent=2, default=str, allow_nan=False) + "\n")
+        print_json({**report.result.model_dump(mode="json"), "exit_code": report.exit_code})
     else:
         Console().print(screen)
     raise typer.Exit(report.exit_code)

@@ -14,13 +14,9 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from gpuscout.cli.options import BillingOption, JsonFlag, RegionOption, RunsOption, WideFlag
+from gpuscout.cli.output import emit
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
-WideFlag = Annotated[bool, typer.Option("--wide", help="Every column, however wide the terminal.")]
-RunsOption = Annotated[int, typer.Option(help="Independent runs of every case, interleaved (fresh processes).")]
-RegionOption = Annotated[str | None, typer.Option(help="Region the machine was rented in (a fixed variable).")]
-BillingOption = Annotated[str | None, typer.Option(help="Billing type: on-demand, spot, reserved … (fixed).")]
 
 
 def load(
@@ -95,8 +91,6 @@ def load(
     signal), and SIGKILL loses at most the level in flight.
     """
     from gpuscout import api
-    from gpuscout.cli.app import _emit
-    from gpuscout.hardware.price_sheet import where_rented
     from gpuscout.loadgen.plan import make_plan, parse_levels
     from gpuscout.report.load import load_progress, load_screen, load_warnings
     from gpuscout.report.payload import load_payload
@@ -105,7 +99,7 @@ def load(
 
     slo = Slo(ttft_p95_s=ttft_p95, tpot_p95_s=tpot_p95, e2e_p95_s=e2e_p95) if (ttft_p95 or tpot_p95 or e2e_p95) \
         else None
-    where = where_rented(region, billing, offers, offer)
+    where = api.where_rented(region, billing, offers, offer)
     plan = make_plan(url=url, model=model, endpoint=endpoint, stream=not no_stream, concurrency=concurrency, rate=rate,
                      arrival=arrival, burstiness=burstiness, requests=requests,
                      duration_s=parse_duration_s(duration) if duration else None, warmup=warmup,
@@ -134,4 +128,4 @@ def load(
         else:
             err.print("interrupted before any request finished: nothing was written", highlight=False)
         raise typer.Exit(128 + report.stopped_by)
-    _emit(lambda: payload, screen, as_json)
+    emit(lambda: payload, screen, as_json)

@@ -7,7 +7,6 @@ output is printed (and written with -o) all the same.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from gpuscout.cli.output import print_json
 from gpuscout.errors import GpuscoutError
 
 StoreOption = Annotated[Path | None, typer.Option(
@@ -61,8 +61,8 @@ def list_runs(
 
     listing = api.list_results(kind=kind, job=job, since=since, limit=limit or None, store=store)
     if as_json:
-        _print_json({"store": str(listing.store), "matched": listing.matched,
-                     "runs": [r.model_dump(mode="json") for r in listing.runs]})
+        print_json({"store": str(listing.store), "matched": listing.matched,
+                    "runs": [r.model_dump(mode="json") for r in listing.runs]})
         return
     import shutil
 
@@ -81,7 +81,7 @@ def show(run_id: RunIdArg, store: StoreOption = None,
 
     shown = api.show_result(run_id, store=store)
     if as_json:
-        _print_json({"run": shown.entry.model_dump(mode="json"), "payload": shown.payload})
+        print_json({"run": shown.entry.model_dump(mode="json"), "payload": shown.payload})
         return
     from gpuscout.report.stored_run import stored_run_screen
 
@@ -98,10 +98,6 @@ def export(run_id: RunIdArg,
 
     path = api.export_result(run_id, output, store=store)
     if as_json:
-        _print_json({"run": run_id, "output": str(path), "bytes": path.stat().st_size})
+        print_json({"run": run_id, "output": str(path), "bytes": path.stat().st_size})
     else:
         Console().print(f"run {run_id} written to {path}", markup=False, highlight=False)
-
-
-def _print_json(payload: Any) -> None:
-    sys.stdout.write(json.dumps(payload, indent=2, default=str, allow_nan=False) + "\n")

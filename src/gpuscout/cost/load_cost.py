@@ -102,13 +102,6 @@ def price_load_cases_on_offer(cases: Sequence[Case], offer: Offer,
     return price_load_cases(cases, offer_usd_per_hour(offer, rates), price_source=offer.id, example=offer.example)
 
 
-def price_load_on_offer(case: Case, offer: Offer, rates: Sequence[ExchangeRate] = ()) -> LoadCost:
-    cost = price_load(case, offer_usd_per_hour(offer, rates), price_source=offer.id)
-    if offer.example:
-        return cost.model_copy(update={"notes": (*cost.notes, f"{offer.id} is an example price, not a quote")})
-    return cost
-
-
 def _goodput_tokens_per_s(values: dict[str, float]) -> tuple[float | None, str]:
     if GOODPUT_TOKENS_METRIC in values:
         return values[GOODPUT_TOKENS_METRIC], ""

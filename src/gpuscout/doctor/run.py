@@ -20,8 +20,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,6 +41,7 @@ from gpuscout.measure.fingerprint import collect_fingerprint
 from gpuscout.measure.gpu_telemetry import summarize_gpu
 from gpuscout.measure.harness import BenchSettings, failed_case, resolve_device
 from gpuscout.measure.probes import CHECKPOINT_DEFAULT_BYTES, DISK_BYTES, checkpoint_size, disk_case
+from gpuscout.measure.progress import StepProgress, progress_for
 from gpuscout.measure.telemetry import build_telemetry
 from gpuscout.results.schema import BenchResult, Case, DoctorVerdict, FixedVariables, Scalar
 
@@ -70,7 +70,8 @@ class DoctorOptions(BaseModel):
 
 
 def run_doctor(options: DoctorOptions, expected: Expected, *, network: Callable[[], Case] | None = None,
-               progress: bool = True, checkpoint: Callable[[BenchResult], None] | None = None) -> BenchResult:
+               progress: StepProgress | None = None, checkpoint: Callable[[BenchResult], None] | None = None,
+               ) -> BenchResult:
     """Check this machine; never raises for a failed check (user errors in the options do raise)."""
     device = resolve_device(options.device)
     nproc = worker_count(device, options.nproc)
@@ -89,7 +90,7 @@ def run_doctor(options: DoctorOptions, expected: Expected, *, network: Callable[
         return _result(options, device, nproc, ev, fingerprint, started, complete, stopped)
 
     names = ["disk", "workers", *(["network"] if network is not None else [])]
-    with _progress_bar(len(names), enabled=progress) as advance:
+    with progress_for(progress)(len(names)) as advance:
         steps: dict[str, Callable[[], None]] = {
             "disk": lambda: ev.cases.append(_disk(device, options.quick, folder)),
             "workers": lambda: _workers(ev, options, device, nproc, folder, nvml, advance),
@@ -273,22 +274,3 @@ def _fixed(options: DoctorOptions, device: str, nproc: int) -> FixedVariables:
     return FixedVariables(kind="doctor", model="none", model_config_hash="none", data="synthetic", seed=options.seed,
                           precision="per check", device=device, warmup=0 if options.quick else 1,
                           repeats=2 if options.quick else 5, settings=settings)
-
-
-@contextmanager
-def _progress_bar(total: int, *, enabled: bool) -> Iterator[Callable[[str, bool], None]]:
-    """A rich progress bar over the steps on stderr (stdout stays clean for --json); a no-op when disabled."""
-    if not enabled:
-        yield lambda name, done: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    with Progress(SpinnerColumn(), TextColumn("[bold]doctor[/] {task.description}"), BarColumn(),
-                  MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("", total=total)
-
-        def advance(name: str, done: bool) -> None:
-            bar.update(task, description=name, advance=1 if done else 0)
-
-        yield advance

@@ -226,12 +226,9 @@ def _offload_terms(job: FinetuneJob, model: ModelShape, load: HostTerm) -> list[
     cpu_job = job.model_copy(update={"precision": "fp32"})  # DeepSpeed's CPU Adam keeps fp32 states
     states, formula = optimizer_state_bytes(cpu_job, model, n)
     held = n * 8 + states
-    return [_ram("checkpoint load copies", max(load.bytes - held, 0),
-                 f"max(0, {load.bytes:,} B of load copies − the offloaded states): freed as the states are built"),
-            _ram("offloaded optimizer states", held,
-                 f"{n:,} trainable × (4 B fp32 master + 4 B fp32 gradient) + {formula}"),
-            _ram("pinned buffers and slack", held * (OFFLOAD_BUFFER_FACTOR - 1),
-                 f"{OFFLOAD_BUFFER_FACTOR - 1:g} × offloaded states (DeepSpeed's additional_buffer_factor 1.5)")]
+    return _offloaded_terms(load, held, "optimizer states",
+                            f"{n:,} trainable × (4 B fp32 master + 4 B fp32 gradient) + {formula}",
+                            freed="the offloaded states): freed as the states are built")
 
 
 def _param_offload_terms(job: FinetuneJob, model: ModelShape, load: HostTerm) -> list[HostTerm]:
@@ -245,10 +242,17 @@ def _param_offload_terms(job: FinetuneJob, model: ModelShape, load: HostTerm) ->
     cpu_job = job.model_copy(update={"precision": "fp32"})  # the CPU step keeps fp32 states
     states, formula = optimizer_state_bytes(cpu_job, model, n)
     held = p * pb + n * gb + states
+    return _offloaded_terms(load, held, "parameters, gradients and optimizer states",
+                            f"{p:,} params × {pb} B + {n:,} trainable × {gb} B gradients + {formula}",
+                            freed="the offloaded model): freed as the shards are built")
+
+
+def _offloaded_terms(load: HostTerm, held: float, what: str, formula: str, *, freed: str) -> list[HostTerm]:
+    """What offloading to host RAM holds: the load copies beyond it (freed as the offloaded part is built),
+    the offloaded part itself, and DeepSpeed's pinned buffers and slack on top."""
     return [_ram("checkpoint load copies", max(load.bytes - held, 0),
-                 f"max(0, {load.bytes:,} B of load copies − the offloaded model): freed as the shards are built"),
-            _ram("offloaded parameters, gradients and optimizer states", held,
-                 f"{p:,} params × {pb} B + {n:,} trainable × {gb} B gradients + {formula}"),
+                 f"max(0, {load.bytes:,} B of load copies − {freed}"),
+            _ram(f"offloaded {what}", held, formula),
             _ram("pinned buffers and slack", held * (OFFLOAD_BUFFER_FACTOR - 1),
                  f"{OFFLOAD_BUFFER_FACTOR - 1:g} × offloaded states (DeepSpeed's additional_buffer_factor 1.5)")]
 

@@ -60,10 +60,9 @@ from gpuscout.workload.validate import validate_image_job
 # Fitted to FakeTensor traces (see the module docstring); the sd2R figure of 18
 # (docs/estimator.md §2.10, one real FLUX OOM) was 3× the traced 6.0 at every size and dtype.
 VAE_LIVE_TENSORS = 6
-GEGLU_FF_MULT = 4  # diffusers FeedForward default mult=4, GEGLU projects to 2 × 4C
 # Tensors of width C live per token around a UNet GEGLU feed-forward (2·4C projection, 4C GELU
 # gate, 4C product = 16 C, plus ~5 C of the block's residual stream). Traced: 20.6 (sd15), 21.1
-# (sdxl) from 256² to 2048²; was 3 · GEGLU_FF_MULT = 12.
+# (sdxl) from 256² to 2048²; was 3 × 4 = 12 (diffusers FeedForward's default mult=4).
 UNET_FF_LIVE = 21
 # Tensors of width D live per token inside one FLUX block, on top of the 2 token streams. Traced:
 # 17.2–17.6 D in all (512²–2048²), at the single-stream block's attention; was 12.

@@ -81,4 +81,3 @@ VLLM_SAMPLER_BYTES_PER_LOGIT = 36
 # formula; 0.35 GiB is the difference (cuBLAS/attention workspaces, the hidden states held
 # while the sampler runs). One observation, so it is a floor, not a fit.
 VLLM_PROFILE_FLOOR_BYTES = int(0.35 * GIB)
-VLLM_PROFILE_FLOOR_SOURCE = "0.35 GiB: vLLM PR #10511 Llama-3-8B H100 logged 1.26 GiB vs 0.91 GiB forward"

@@ -148,8 +148,3 @@ def variant_named(nvml_name: str | None) -> Variant | None:
         return None
     key = nvml_name.strip().lower()
     return next((v for v in load_bands().variants if key in (n.lower() for n in v.nvml_names)), None)
-
-
-def source_text(ids: tuple[str, ...]) -> str:
-    sources = load_bands().sources
-    return "; ".join(f"{i}: {sources[i]}" for i in ids)

@@ -156,11 +156,6 @@ def instance_price_per_hour(offer: Offer) -> float:
     return base * (1.0 - offer.discount)
 
 
-def gpu_price_per_hour(offer: Offer) -> float:
-    """Price per GPU-hour after discount: the instance price shared over its GPUs."""
-    return instance_price_per_hour(offer) / offer.gpu_count
-
-
 STALE_AFTER_DAYS = 30  # prices moved within weeks in the observations (docs/prices.md §4)
 
 

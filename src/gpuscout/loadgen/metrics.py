@@ -33,10 +33,11 @@ MAX_LAG_S = 0.010
 LAG_FRACTION = 0.05  # … or beyond 5% of the mean inter-arrival gap of an open-loop schedule
 LAG_FLOOR_S = 0.002  # but never stricter than the event loop's ~1 ms timer granularity allows
 MAX_ERROR_RATE = 0.01
-# The client's own saturation (issue 15: runs at 0.9–1.0 of a core stayed valid while their TTFT held tens of
-# ms of client queueing): CPU near one core with the event loop running late. A loop late and ready to run
-# that long without the CPU (run-queue wait, Linux schedstat) was kept off the cores by other processes: also
-# invalid, with that reason. A loop late with its thread mostly asleep is neither: the send-lag check covers it.
+# The client's own saturation (measured: runs at 0.9–1.0 of a core stayed valid while their TTFT held tens
+# of ms of client queueing, docs/measurement.md §5): CPU near one core with the event loop running late. A
+# loop late and ready to run that long without the CPU (run-queue wait, Linux schedstat) was kept off the
+# cores by other processes: also invalid, with that reason. A loop late with its thread mostly asleep is
+# neither: the send-lag check covers it.
 SATURATED_CPU_FRACTION = 0.9  # of one core (or of the run ready to run), per client process
 SATURATED_LOOP_LAG_S = 0.002  # P95 lateness of a 10 ms timer beyond which the loop is queueing callbacks
 # An image generation answers with one body: no first token, no tokens (its e2e is the latency).

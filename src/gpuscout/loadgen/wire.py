@@ -2,10 +2,11 @@
 
 An HTTP library costs the load client most of its time: with httpx (0.28) the send path of one
 streamed request took 1.1–1.4 ms at concurrency 1 and 35–53 ms at 64 against 0.17 ms for a
-minimal asyncio client on the same machine, and that time landed inside TTFT (issue 15,
-docs/measurement.md §5.2). This module is that minimal client, made complete enough for any
-OpenAI-compatible server: keep-alive connections, Content-Length, chunked and close-delimited
-bodies, 1xx responses skipped, TLS through asyncio's `ssl`.
+minimal asyncio client on the same machine, and that time landed inside TTFT (measured against a
+server that records when it had each request, docs/measurement.md §5.2). This module is that minimal
+client, made complete enough for any OpenAI-compatible server: keep-alive connections,
+Content-Length, chunked and close-delimited bodies, 1xx responses skipped, TLS through asyncio's
+`ssl`.
 
 * The send is stamped right before the request's bytes are handed to the socket (one write of
   head + body, built once per body), so building, queueing and connecting stay outside TTFT; they
@@ -138,7 +139,8 @@ class Connection(asyncio.Protocol):
         self._sink, self._done = sink, loop.create_future()
         self._buf.clear()
         self._state, self._keep, self._seen, self._skipped, self.reusable = _HEAD, True, False, 0, False
-        sent = time.perf_counter()  # right before the bytes go to the socket (issue 15: not before building)
+        # Stamped right before the bytes go to the socket, not before building (docs/measurement.md §2.2).
+        sent = time.perf_counter()
         self.transport.write(request)
         return sent, self._done
 

@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,7 @@ from gpuscout.measure.llm_finetune import FINETUNE_UNIT_NOTE, plan_finetune_case
 from gpuscout.measure.llm_inference import FRAMEWORK_LOOP_NOTE, concurrency_levels, plan_inference_cases
 from gpuscout.measure.llm_setup import LlmCaseSpec
 from gpuscout.measure.probes import plan_probe_cases
+from gpuscout.measure.progress import StepProgress, progress_for
 from gpuscout.measure.video_bench import plan_video_cases
 from gpuscout.results.runs import merge_runs
 from gpuscout.results.schema import BenchResult, Case, FixedVariables, ResultKind, Scalar
@@ -56,7 +56,8 @@ CONCURRENCY_NOTE = ("inference cases: the job's concurrency and 1 when it differ
 
 
 def run_bench(job: Job | None, *, base_dir: Path | None, settings: BenchSettings, probe: bool = False,
-              progress: bool = True, checkpoint: Callable[[BenchResult], None] | None = None) -> BenchResult:
+              progress: StepProgress | None = None, checkpoint: Callable[[BenchResult], None] | None = None,
+              ) -> BenchResult:
     """Measure `job` (and/or the machine probes) on this machine; never raises for a failed case.
 
     `checkpoint` receives the result so far (complete=False) after every finished case, so a
@@ -106,7 +107,7 @@ def plan_cases(job: Job | None, model: _ModelRef, *, settings: BenchSettings, de
     return plan
 
 
-def run_planned(plan: list[PlannedCase], settings: BenchSettings, *, progress: bool = True,
+def run_planned(plan: list[PlannedCase], settings: BenchSettings, *, progress: StepProgress | None = None,
                 on_case: Callable[[list[Case]], None] | None = None) -> tuple[list[Case], bool, list[str]]:
     """Run every planned case `settings.runs` times, each in its own process: (cases, complete, notes).
 
@@ -118,7 +119,7 @@ def run_planned(plan: list[PlannedCase], settings: BenchSettings, *, progress: b
     """
     done: list[list[Case]] = [[] for _ in plan]
     runs = settings.runs
-    with _progress_bar(len(plan) * runs, enabled=progress) as advance:
+    with progress_for(progress)(len(plan) * runs) as advance:
         for run in range(runs):
             for index, planned in enumerate(plan):
                 label = planned.name + (f" (run {run + 1} of {runs})" if runs > 1 else "")
@@ -146,25 +147,6 @@ def _merged(done: list[list[Case]]) -> list[Case]:
 
 def _stopped_by(stop: KeyboardInterrupt) -> str:
     return str(stop) if isinstance(stop, TerminationRequest) else "Ctrl-C"
-
-
-@contextmanager
-def _progress_bar(total: int, *, enabled: bool) -> Iterator[Any]:
-    """A rich progress bar over cases on stderr (stdout stays clean for --json); a no-op when disabled."""
-    if not enabled:
-        yield lambda name, done: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    with Progress(SpinnerColumn(), TextColumn("[bold]bench[/] {task.description}"), BarColumn(),
-                  MofNCompleteColumn(), TimeElapsedColumn(), console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("", total=total)
-
-        def advance(name: str, done: bool) -> None:
-            bar.update(task, description=name, advance=1 if done else 0)
-
-        yield advance
 
 
 class _ModelRef:

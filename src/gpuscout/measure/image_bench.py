@@ -6,7 +6,7 @@ configs with diffusers' own random initialisation on the benchmark device (the s
 the trace mode, `torchmodel.image`; nothing is downloaded). Text conditioning is random tensors of the
 shape the text encoders produce. One repeat is what the diffusers pipeline does for one batch:
 
-    text encoders once (CLIP-class encoders only, see TEXT_ENCODER_PARAMS_LIMIT)
+    text encoders once (CLIP-class encoders only, see generation.TEXT_ENCODER_PARAMS_LIMIT)
     + `steps` × (denoiser forward at batch × passes, the guidance combine, a scheduler-like update)
     + one VAE decode of the batch's latents
 
@@ -22,15 +22,21 @@ torch, diffusers and transformers are imported inside functions only: importing 
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuscout.errors import UnsupportedHere
+from gpuscout.measure.generation import (
+    STEP_SIZE,
+    PhaseClock,
+    Timing,
+    generate,
+    random_text_encoder,
+    refuse_offload,
+    text_encoders_fit,
+    time_generation,
+)
 from gpuscout.measure.harness import BenchSettings, PlannedCase, derived_metric, timed_metric
-from gpuscout.measure.peak_memory import PeakMemoryMonitor
-from gpuscout.measure.startup import StartupClock, startup_seconds
 from gpuscout.results.schema import Case, Metric, Scalar
 from gpuscout.torchmodel.image import (
     ImageAttention,
@@ -46,12 +52,7 @@ from gpuscout.workload.image import ImageModelShape, image_component_configs, lo
 from gpuscout.workload.job import ImageJob
 from gpuscout.workload.jobtime import whole_job_formula, whole_job_s
 
-# Text encoders are built and timed when all of them together are at most this size: CLIP ViT-L
-# (123 M) and OpenCLIP bigG (695 M) build in seconds. FLUX.1-dev's T5-XXL (4.8 B) would cost more
-# build time than its one call per batch is worth measuring; its time is left out and noted.
-TEXT_ENCODER_PARAMS_LIMIT = 1_500_000_000
 _GUIDANCE_SCALE = 7.5  # StableDiffusionPipeline's default; only the arithmetic matters here
-_STEP_SIZE = 0.05  # Euler-like update; keeps random-weight latents finite over a few steps
 
 
 def plan_image_cases(job: ImageJob, settings: BenchSettings, device: str) -> list[PlannedCase]:
@@ -68,8 +69,8 @@ def passes_per_step(job: ImageJob, shape: ImageModelShape) -> int:
 
 
 def measures_text_encoders(shape: ImageModelShape) -> bool:
-    """Whether the text encoders are cheap enough to build and time (see TEXT_ENCODER_PARAMS_LIMIT)."""
-    return sum(c.params for c in shape.components if c.role == "text_encoder") <= TEXT_ENCODER_PARAMS_LIMIT
+    """Whether the text encoders are cheap enough to build and time (see generation.TEXT_ENCODER_PARAMS_LIMIT)."""
+    return text_encoders_fit(shape.components)
 
 
 def run_image_case(job: ImageJob, settings: BenchSettings, device: str, case_name: str) -> Case:
@@ -77,47 +78,13 @@ def run_image_case(job: ImageJob, settings: BenchSettings, device: str, case_nam
     wall_start = time.perf_counter()
     shape = load_image_preset(job.model)
     require_divisible(shape, job.width, job.height, action="benchmark")
-    if job.offload != "none":
-        raise UnsupportedHere(f"offload = {job.offload!r} is not benchmarked yet: the image slice keeps every "
-                              "component on the device, which would be a different job. Measure with "
-                              'offload = "none".')
-    clock = StartupClock(settings.created_at)
-    import diffusers  # noqa: F401  (timed: part of the startup a user pays)
-    import torch
-
-    clock.mark("imports")
-    clock.init_cuda(torch, device)
-    torch.manual_seed(settings.seed)
-    monitor = PeakMemoryMonitor(device)
-    with monitor:
-        pipe = _build_pipeline(job, shape, device)
-        _sync(device)
-        clock.mark("model_build")
-        # Random weights are initialised in fp32 and then cast, a transient that loading a real
-        # checkpoint in the job's dtype does not have: count the peak from here (GPU views only;
-        # a process's peak RSS cannot be reset).
-        monitor.restart()
-        pipe.notes.append("torch/NVML peaks count from the end of the model build (random fp32 init, then the cast)"
-                          if device == "cuda" else "peak RSS includes building the random weights in fp32")
-        with torch.inference_mode():
-            started, t0 = time.time(), time.perf_counter()
-            _denoise_step(pipe)
-            _sync(device)
-            clock.first_step(time.perf_counter() - t0, started_at=started)
-            for _ in range(settings.warmup):
-                _generate(pipe, _Clock(device))
-            timings = [_generate(pipe, _Clock(device)) for _ in range(settings.repeats)]
+    refuse_offload(job.offload, "image")
+    timed = time_generation(settings, device, build=lambda: _build_pipeline(job, shape, device),
+                            one_batch=_generate, step=_denoise_step)
     if settings.layers:
-        pipe.notes.append("--layers does not apply to image models: the full denoiser was built")
-    return Case(
-        name=case_name,
-        params=_params(job, pipe, device),
-        metrics=_metrics(job, shape, pipe, timings, startup_seconds(clock.phases())),
-        peak_memory=monitor.result(),
-        startup=clock.phases(),
-        wall_s=time.perf_counter() - wall_start,
-        notes=tuple(pipe.notes),
-    )
+        timed.pipe.notes.append("--layers does not apply to image models: the full denoiser was built")
+    return timed.case(case_name, _params(job, timed.pipe, device),
+                      _metrics(job, shape, timed.pipe, timed.timings, timed.startup_s), wall_start)
 
 
 # --- building ---------------------------------------------------------------------------------------
@@ -175,21 +142,12 @@ def _build_pipeline(job: ImageJob, shape: ImageModelShape, device: str) -> _Pipe
 def _build_text_encoders(job: ImageJob, shape: ImageModelShape, configs: dict[str, dict[str, Any]], dtype: Any,
                          device: str) -> list[tuple[Any, Any]]:
     """transformers text encoders with random weights, and random token ids of their length."""
-    import torch
-    import transformers
-
     prompts = job.batch * (2 if job.guidance and shape.family != "flux" else 1)  # prompt + negative prompt
     built = []
     for part in (c for c in shape.components if c.role == "text_encoder"):
         config = configs[part.name]
-        model_class = getattr(transformers, config["architectures"][0])
-        with torch.device(device):
-            model = model_class(model_class.config_class.from_dict(config))
-        torch.nn.Module.to(model, dtype)
-        model.eval()
         tokens = config.get("max_position_embeddings", shape.text_tokens)
-        ids = torch.randint(0, config["vocab_size"], (prompts, tokens), device=device)
-        built.append((model, ids))
+        built.append(random_text_encoder(config, dtype, device, prompts, tokens))
     return built
 
 
@@ -204,78 +162,24 @@ def _denoise_step(pipe: _Pipeline) -> None:
     if pipe.passes == 2:
         uncond, cond = out.chunk(2)
         out = uncond + _GUIDANCE_SCALE * (cond - uncond)
-    pipe.latents = pipe.latents - _STEP_SIZE * out
+    pipe.latents = pipe.latents - STEP_SIZE * out
     pipe.inputs[pipe.latent_key] = torch.cat([pipe.latents] * pipe.passes) if pipe.passes > 1 else pipe.latents
 
 
-@dataclass
-class _Timing:
-    text_s: float | None
-    step_s: list[float]
-    vae_s: float
-
-    @property
-    def batch_s(self) -> float:
-        return (self.text_s or 0.0) + sum(self.step_s) + self.vae_s
+def _generate(pipe: _Pipeline, clock: PhaseClock) -> Timing:
+    return generate(pipe, clock, encode=_encode if pipe.encoders else None, step=_denoise_step,
+                    decode=lambda p: p.vae.decode(p.vae_latents, return_dict=False))
 
 
-def _generate(pipe: _Pipeline, clock: _Clock) -> _Timing:
-    """One batch as the pipeline makes it, each phase between two clock marks."""
-    marks = [clock.mark()]
+def _encode(pipe: _Pipeline) -> None:
     for encoder, ids in pipe.encoders:
         encoder(ids, output_hidden_states=True)
-    text_mark = clock.mark() if pipe.encoders else None
-    step_marks = []
-    for _ in range(pipe.steps):
-        _denoise_step(pipe)
-        step_marks.append(clock.mark())
-    pipe.vae.decode(pipe.vae_latents, return_dict=False)
-    end = clock.mark()
-    clock.wait(end)
-    start = text_mark if text_mark is not None else marks[0]
-    bounds = [start, *step_marks]
-    return _Timing(
-        text_s=clock.seconds(marks[0], text_mark) if text_mark is not None else None,
-        step_s=[clock.seconds(a, b) for a, b in itertools.pairwise(bounds)],
-        vae_s=clock.seconds(step_marks[-1], end),
-    )
-
-
-class _Clock:
-    """Phase marks: CUDA events on the current stream on a GPU, perf_counter_ns on the CPU."""
-
-    def __init__(self, device: str) -> None:
-        self.cuda = device == "cuda"
-
-    def mark(self) -> Any:
-        if not self.cuda:
-            return time.perf_counter_ns()
-        import torch
-
-        cuda: Any = torch.cuda  # Event is untyped in torch's stubs
-        event = cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def wait(self, mark: Any) -> None:
-        if self.cuda:
-            mark.synchronize()
-
-    def seconds(self, start: Any, end: Any) -> float:
-        return float(start.elapsed_time(end)) / 1000.0 if self.cuda else (end - start) / 1e9
-
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
 
 
 # --- reporting --------------------------------------------------------------------------------------
 
 
-def _metrics(job: ImageJob, shape: ImageModelShape, pipe: _Pipeline, timings: list[_Timing],
+def _metrics(job: ImageJob, shape: ImageModelShape, pipe: _Pipeline, timings: list[Timing],
              startup_s: float) -> tuple[Metric, ...]:
     batch_s = [t.batch_s for t in timings]
     text = "text encoders + " if pipe.encoders else ""

@@ -6,7 +6,7 @@ One case per job, in its own process (`harness.run_isolated`), as the image slic
 from the stored configs with diffusers' random initialisation on the benchmark device (nothing is
 downloaded). One repeat is what the family's pipeline does for one batch of clips:
 
-    text encoder once (only when small enough to build, see TEXT_ENCODER_PARAMS_LIMIT)
+    text encoder once (only when small enough to build, see measure.generation)
     + `steps` × (the conditional and, with guidance, the unconditional transformer pass: a second
                  forward in WanPipeline, one forward at twice the batch in CogVideoXPipeline;
                  the guidance combine and an Euler-like latent update)
@@ -22,27 +22,28 @@ torch and diffusers are imported inside functions only: importing this module is
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuscout.errors import UnsupportedHere
+from gpuscout.measure.generation import (
+    STEP_SIZE,
+    PhaseClock,
+    Timing,
+    generate,
+    random_text_encoder,
+    refuse_offload,
+    text_encoders_fit,
+    time_generation,
+)
 from gpuscout.measure.harness import BenchSettings, PlannedCase, derived_metric, timed_metric
-from gpuscout.measure.image_bench import _Clock, _sync, _Timing
-from gpuscout.measure.peak_memory import PeakMemoryMonitor
-from gpuscout.measure.startup import StartupClock, startup_seconds
 from gpuscout.results.schema import Case, Metric, Scalar
 from gpuscout.torchmodel.image import ImageAttention, build_image_model
 from gpuscout.workload.job import VideoJob
 from gpuscout.workload.jobtime import whole_job_formula, whole_job_s
 from gpuscout.workload.video import VideoModelShape, check_video_size, load_video_preset, video_component_configs
 
-# The text encoder is built and timed only when it is at most this size; UMT5-XXL (5.7 B) would
-# cost far more build time than its one call per batch is worth, so its time is left out and noted.
-TEXT_ENCODER_PARAMS_LIMIT = 1_500_000_000
 _GUIDANCE_SCALE = 5.0  # WanPipeline's default guidance_scale; only the arithmetic matters here
-_STEP_SIZE = 0.05  # Euler-like update; keeps random-weight latents finite over a few steps
 
 
 def plan_video_cases(job: VideoJob, settings: BenchSettings, device: str) -> list[PlannedCase]:
@@ -60,7 +61,8 @@ def passes_per_step(job: VideoJob) -> int:
 
 
 def measures_text_encoder(shape: VideoModelShape) -> bool:
-    return sum(c.params for c in shape.components if c.role == "text_encoder") <= TEXT_ENCODER_PARAMS_LIMIT
+    """Whether the text encoder is cheap enough to build and time (see generation.TEXT_ENCODER_PARAMS_LIMIT)."""
+    return text_encoders_fit(shape.components)
 
 
 def run_video_case(job: VideoJob, settings: BenchSettings, device: str, case_name: str) -> Case:
@@ -68,41 +70,13 @@ def run_video_case(job: VideoJob, settings: BenchSettings, device: str, case_nam
     wall_start = time.perf_counter()
     shape = load_video_preset(job.model)
     check_video_size(shape, job.width, job.height, job.frames)
-    if job.offload != "none":
-        raise UnsupportedHere(f"offload = {job.offload!r} is not benchmarked yet: the video slice keeps every "
-                              "component on the device, which would be a different job. Measure with "
-                              'offload = "none".')
-    clock = StartupClock(settings.created_at)
-    import diffusers  # noqa: F401  (timed: part of the startup a user pays)
-    import torch
-
-    clock.mark("imports")
-    clock.init_cuda(torch, device)
-    torch.manual_seed(settings.seed)
-    monitor = PeakMemoryMonitor(device)
-    with monitor:
-        pipe = _build(job, shape, device)
-        _sync(device)
-        clock.mark("model_build")
-        monitor.restart()  # random weights start in fp32 and are cast: count from here (GPU views)
-        pipe.notes.append("torch/NVML peaks count from the end of the model build (random fp32 init, then the cast)"
-                          if device == "cuda" else "peak RSS includes building the random weights in fp32")
-        with torch.inference_mode():
-            started, t0 = time.time(), time.perf_counter()
-            _step(pipe)
-            _sync(device)
-            clock.first_step(time.perf_counter() - t0, started_at=started)
-            for _ in range(settings.warmup):
-                _generate(pipe, _Clock(device))
-            timings = [_generate(pipe, _Clock(device)) for _ in range(settings.repeats)]
+    refuse_offload(job.offload, "video")
+    timed = time_generation(settings, device, build=lambda: _build(job, shape, device), one_batch=_generate,
+                            step=_step)
     if settings.layers:
-        pipe.notes.append("--layers does not apply to video models: the full transformer was built")
-    return Case(
-        name=case_name, params=_params(job, pipe, device),
-        metrics=_metrics(job, pipe, timings, startup_seconds(clock.phases())),
-        peak_memory=monitor.result(), startup=clock.phases(), wall_s=time.perf_counter() - wall_start,
-        notes=tuple(pipe.notes),
-    )
+        timed.pipe.notes.append("--layers does not apply to video models: the full transformer was built")
+    return timed.case(case_name, _params(job, timed.pipe, device),
+                      _metrics(job, timed.pipe, timed.timings, timed.startup_s), wall_start)
 
 
 @dataclass
@@ -151,18 +125,8 @@ def _build(job: VideoJob, shape: VideoModelShape, device: str) -> _Pipe:
 
 def _build_text_encoder(job: VideoJob, shape: VideoModelShape, configs: dict[str, dict[str, Any]], dtype: Any,
                         device: str) -> tuple[Any, Any]:
-    import torch
-    import transformers
-
-    config = configs[shape.component("text_encoder").name]
-    model_class = getattr(transformers, config["architectures"][0])
-    with torch.device(device):
-        model = model_class(model_class.config_class.from_dict(config))
-    torch.nn.Module.to(model, dtype)
-    model.eval()
     prompts = job.batch * passes_per_step(job)  # the prompt and, with guidance, the negative prompt
-    ids = torch.randint(0, config["vocab_size"], (prompts, shape.text_tokens), device=device)
-    return model, ids
+    return random_text_encoder(configs[shape.component("text_encoder").name], dtype, device, prompts, shape.text_tokens)
 
 
 def _transformer_inputs(job: VideoJob, shape: VideoModelShape, transformer: Any, lat: tuple[int, int, int],
@@ -205,7 +169,7 @@ def _step(pipe: _Pipe) -> None:
         if pipe.passes == 2:  # WanPipeline: a second, separate forward
             uncond = pipe.transformer(**pipe.inputs, return_dict=False)[0]
             out = uncond + _GUIDANCE_SCALE * (out - uncond)
-    pipe.latents = pipe.latents - _STEP_SIZE * out
+    pipe.latents = pipe.latents - STEP_SIZE * out
     pipe.inputs["hidden_states"] = pipe.latents
 
 
@@ -216,24 +180,17 @@ def _doubled(value: Any) -> Any:
     return torch.cat([value, value]) if isinstance(value, torch.Tensor) else value
 
 
-def _generate(pipe: _Pipe, clock: _Clock) -> _Timing:
-    first = clock.mark()
+def _generate(pipe: _Pipe, clock: PhaseClock) -> Timing:
+    return generate(pipe, clock, encode=_encode if pipe.encoder is not None else None, step=_step,
+                    decode=lambda p: p.vae.decode(p.vae_latents, return_dict=False))
+
+
+def _encode(pipe: _Pipe) -> None:
     if pipe.encoder is not None:
         pipe.encoder[0](pipe.encoder[1])
-    text_mark = clock.mark() if pipe.encoder is not None else None
-    marks = [text_mark if text_mark is not None else first]
-    for _ in range(pipe.steps):
-        _step(pipe)
-        marks.append(clock.mark())
-    pipe.vae.decode(pipe.vae_latents, return_dict=False)
-    end = clock.mark()
-    clock.wait(end)
-    return _Timing(text_s=clock.seconds(first, text_mark) if text_mark is not None else None,
-                   step_s=[clock.seconds(a, b) for a, b in itertools.pairwise(marks)],
-                   vae_s=clock.seconds(marks[-1], end))
 
 
-def _metrics(job: VideoJob, pipe: _Pipe, timings: list[_Timing], startup_s: float) -> tuple[Metric, ...]:
+def _metrics(job: VideoJob, pipe: _Pipe, timings: list[Timing], startup_s: float) -> tuple[Metric, ...]:
     batch_s = [t.batch_s for t in timings]
     text = "text encoder + " if pipe.encoder is not None else ""
     per_clip = f"({text}{job.steps} × transformer step + VAE decode) / batch {job.batch}"

@@ -35,9 +35,6 @@ def cost_header(shown: DisplayCurrency = USD) -> list[str]:
             "price date", "basis"]
 
 
-COST_HEADER = cost_header()
-
-
 def cost_in_currency(c: MeasuredCost, shown: DisplayCurrency) -> dict[str, Any]:
     """For JSON: the measured cost's USD amounts in the display currency."""
     def conv(usd: float | None) -> float | None:

@@ -51,19 +51,16 @@ def weights_table(weight_bytes: Mapping[str, int], kv_per_token: Mapping[str, in
 
 
 def image_model_table(model: ImageModelShape) -> Table:
-    table = Table(title=f"{model.name} ({model.family}, {model.denoiser_kind})")
-    for col in ("component", "class"):
-        label_column(table, col)
-    number_column(table, "params")
-    label_column(table, "default dtype")
-    for c in model.components:
-        table.add_row(c.name, c.class_name, exact(c.params), c.default_dtype)
-    table.add_row("total", "", exact(model.params_total), "")
-    return table
+    return _components_table(f"{model.name} ({model.family}, {model.denoiser_kind})", model)
 
 
 def video_model_table(model: VideoModelShape) -> Table:
-    table = Table(title=f"{model.name} ({model.family}, video DiT)")
+    return _components_table(f"{model.name} ({model.family}, video DiT)", model)
+
+
+def _components_table(title: str, model: ImageModelShape | VideoModelShape) -> Table:
+    """A diffusion model's components, each with its class, parameters and default dtype, and the total."""
+    table = Table(title=title)
     for col in ("component", "class"):
         label_column(table, col)
     number_column(table, "params")

@@ -11,7 +11,7 @@ from typing import Any
 
 from gpuscout.errors import SpecError, UnknownNameError
 from gpuscout.results.database import StoredRun, kinds_stored
-from gpuscout.units import parse_duration_s
+from gpuscout.units import iso_time, parse_duration_s
 
 # The commands that record runs, and the kinds of result they write.
 KNOWN_KINDS = ("bench", "load", "pick", "doctor", "finetune", "inference", "image", "video", "probe")
@@ -37,13 +37,12 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     moment = now or datetime.now(UTC)
     if _AGO.fullmatch(text):
         return moment - timedelta(seconds=parse_duration_s(text.strip()))
-    try:
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
+    when = iso_time(text)
+    if when is None:
         raise SpecError(f"--since {text!r} is neither a time back from now nor a date.",
                         "--since keeps the runs made after a moment.",
-                        "Write it like 7d, 12h or 90m (back from now), or 2026-11-24 or 2026-11-24T09:00Z.") from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
+                        "Write it like 7d, 12h or 90m (back from now), or 2026-11-24 or 2026-11-24T09:00Z.")
+    return when
 
 
 def export_text(entry: StoredRun, payload: dict[str, Any]) -> str:

@@ -9,16 +9,11 @@ meta device; `tests/workload/test_image.py` rebuilds them and keeps them honest.
 
 from __future__ import annotations
 
-import functools
-import json
-import tomllib
-from importlib import resources
-from importlib.resources.abc import Traversable
 from typing import Any, Literal, Self
 
 from pydantic import model_validator
 
-from gpuscout.workload.preset_names import alias_table, resolve_preset
+from gpuscout.workload.preset_names import PresetFolder
 from gpuscout.workload.shape import DTYPE_BYTES, Frozen
 
 
@@ -116,40 +111,20 @@ class ImagePreset(Frozen):
     shape: ImageModelShape
 
 
+_PRESETS = PresetFolder("image_presets", ImagePreset, "image", "'sdxl-base-1.0', 'flux.1-dev'")
+
+
 def image_preset_ids() -> tuple[str, ...]:
     """Canonical ids of the bundled image-model presets."""
-    return tuple(_presets())
+    return _PRESETS.ids()
 
 
 def load_image_preset(preset_id: str) -> ImageModelShape:
     """The shape of a bundled image model, by id or alias (case-insensitive)."""
-    return _presets()[_resolve(preset_id)].shape
+    return _PRESETS.find(preset_id).shape
 
 
 def image_component_configs(preset_id: str) -> dict[str, dict[str, Any]]:
     """The stored config.json of each component, keyed by component name (a fresh copy per call)."""
-    preset = _presets()[_resolve(preset_id)]
-    return {
-        c.name: json.loads((_preset_dir() / f"{preset.id}.{c.name}.json").read_text(encoding="utf-8"))
-        for c in preset.shape.components
-    }
-
-
-def _preset_dir() -> Traversable:
-    return resources.files("gpuscout.workload") / "image_presets"
-
-
-@functools.cache
-def _presets() -> dict[str, ImagePreset]:
-    files = sorted((f for f in _preset_dir().iterdir() if f.name.endswith(".toml")), key=lambda f: f.name)
-    presets = [ImagePreset.model_validate(tomllib.loads(f.read_text(encoding="utf-8"))) for f in files]
-    return {p.id: p for p in presets}
-
-
-@functools.cache
-def _alias_table() -> dict[str, str]:
-    return alias_table((p.id, p.aliases) for p in _presets().values())
-
-
-def _resolve(preset_id: str) -> str:
-    return resolve_preset(preset_id, _alias_table(), "image", image_preset_ids(), "'sdxl-base-1.0', 'flux.1-dev'")
+    preset = _PRESETS.find(preset_id)
+    return _PRESETS.configs(preset.id, preset.shape.components)

@@ -13,17 +13,12 @@ DiT cuts each latent frame into (H / 8 / patch) × (W / 8 / patch) tokens (docs/
 
 from __future__ import annotations
 
-import functools
-import json
-import tomllib
-from importlib import resources
-from importlib.resources.abc import Traversable
 from typing import Any, Literal, Self
 
 from pydantic import model_validator
 
 from gpuscout.errors import SpecError
-from gpuscout.workload.preset_names import alias_table, normalize, resolve_preset
+from gpuscout.workload.preset_names import PresetFolder
 from gpuscout.workload.shape import DTYPE_BYTES, Frozen
 
 
@@ -158,27 +153,23 @@ class VideoPreset(Frozen):
     shape: VideoModelShape
 
 
+_PRESETS = PresetFolder("video_presets", VideoPreset, "video", "'wan2.1-t2v-1.3b-diffusers'")
+
+
 def video_preset_ids() -> tuple[str, ...]:
     """Canonical ids of the bundled video-model presets."""
-    return tuple(_presets())
-
-
-def is_video_preset(ref: str) -> bool:
-    return normalize(ref) in _alias_table()
+    return _PRESETS.ids()
 
 
 def load_video_preset(preset_id: str) -> VideoModelShape:
     """The shape of a bundled video model, by id or alias (case-insensitive)."""
-    return _presets()[_resolve(preset_id)].shape
+    return _PRESETS.find(preset_id).shape
 
 
 def video_component_configs(preset_id: str) -> dict[str, dict[str, Any]]:
     """The stored config.json of each component, keyed by component name (a fresh copy per call)."""
-    preset = _presets()[_resolve(preset_id)]
-    return {
-        c.name: json.loads((_preset_dir() / f"{preset.id}.{c.name}.json").read_text(encoding="utf-8"))
-        for c in preset.shape.components
-    }
+    preset = _PRESETS.find(preset_id)
+    return _PRESETS.configs(preset.id, preset.shape.components)
 
 
 def check_video_size(shape: VideoModelShape, width: int, height: int, frames: int) -> None:
@@ -207,23 +198,3 @@ def check_video_size(shape: VideoModelShape, width: int, height: int, frames: in
             f"(trained at {shape.native_width}×{shape.native_height}, {shape.native_frames} frames).",
             "Lower width, height or frames.",
         )
-
-
-def _preset_dir() -> Traversable:
-    return resources.files("gpuscout.workload") / "video_presets"
-
-
-@functools.cache
-def _presets() -> dict[str, VideoPreset]:
-    files = sorted((f for f in _preset_dir().iterdir() if f.name.endswith(".toml")), key=lambda f: f.name)
-    presets = [VideoPreset.model_validate(tomllib.loads(f.read_text(encoding="utf-8"))) for f in files]
-    return {p.id: p for p in presets}
-
-
-@functools.cache
-def _alias_table() -> dict[str, str]:
-    return alias_table((p.id, p.aliases) for p in _presets().values())
-
-
-def _resolve(preset_id: str) -> str:
-    return resolve_preset(preset_id, _alias_table(), "video", video_preset_ids(), "'wan2.1-t2v-1.3b-diffusers'")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpuscout.documents.kinds import EstimateDoc
 from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.screen import GpuVerdict
-from gpuscout.report.html.parts import Html, figure, para, table, tag
+from gpuscout.report.html.parts import Html, figure, para, table
 from gpuscout.report.html.svg import Canvas, label
 from gpuscout.report.numbers import GIB, duration, gib, gib_number
 
@@ -101,9 +101,3 @@ def _limit_tip(v: GpuVerdict) -> str:
     b = v.breakdown
     return (f"{v.gpu_sku}: peak {gib(b.peak_bytes)} of {gib(b.usable_bytes)} usable; "
             f"headroom {gib(v.headroom_bytes)} ({'fits' if v.fits else 'does not fit'})")
-
-
-def terms_table(b: MemoryBreakdown) -> Html:
-    """Every term with its formula (for one GPU's details)."""
-    return table(["term", "category", "GiB", "formula"],
-                 [[t.name, t.category, gib_number(t.bytes, 2), tag("code", t.formula)] for t in b.terms], numeric=(2,))

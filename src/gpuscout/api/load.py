@@ -1,0 +1,96 @@
+"""`load` and `probe`: load-test an OpenAI-compatible endpoint (priced when a price is given), probe the network."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuscout.api.inputs import InputError, checked_output
+from gpuscout.api.stopping import run_stoppable
+
+if TYPE_CHECKING:
+    from gpuscout.cost.load_cost import LoadCost
+    from gpuscout.loadgen.plan import LoadPlan
+    from gpuscout.loadgen.probe import ProbeResult
+    from gpuscout.loadgen.search import SearchResult
+    from gpuscout.loadgen.session import ProgressFactory
+    from gpuscout.results.schema import BenchResult
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    result: BenchResult
+    search: SearchResult | None = None
+    costs: tuple[LoadCost, ...] = ()  # one per case, when a price was given
+    output: Path | None = None
+    stopped_by: int | None = None  # the signal that stopped the run early (SIGINT for Ctrl-C), if any
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stopped_by is not None
+
+
+def load(plan: LoadPlan, *, output: str | Path | None = None, offers: str | Path | None = None,
+         offer: str | None = None, usd_per_hour: float | None = None,
+         progress: ProgressFactory | None = None) -> LoadReport:
+    """Load-test an OpenAI-compatible endpoint as the plan says; price it when a price is given.
+
+    With `output` the result is written atomically after every level and at the end (the workload
+    beside it, with the first write), so Ctrl-C, SIGTERM or SIGHUP keep what finished (`complete`
+    is false; the level in flight keeps its finished requests) and even SIGKILL loses at most the
+    level in flight. A run stopped before any request finished writes nothing.
+    """
+    from gpuscout.cost.load_cost import price_load_cases, price_load_cases_on_offer
+    from gpuscout.hardware.price_sheet import find_offer, load_price_sheet
+    from gpuscout.loadgen.session import run_plan
+    from gpuscout.results.store import save_result
+
+    path = checked_output(output, "load result")
+    if path is not None:
+        from gpuscout.loadgen.session import workload_path
+
+        checked_output(workload_path(path), "workload file")
+    if offer is not None and offers is None:
+        raise InputError("{offer} needs {offers}.", "The offer id is looked up in a price sheet.",
+                         "Pass {offers} PRICES.toml {offer} ID, or {usd_per_hour} P.")
+    sheet = load_price_sheet(Path(offers)) if offers is not None else None
+    the_offer = find_offer(sheet, offer) if sheet is not None and offer is not None else None
+
+    def keep(result: BenchResult) -> None:
+        if path is not None and result.cases:
+            save_result(result, path)
+
+    if the_offer is not None and plan.server_gpu is None:  # the offer says which GPU served: pick reads it
+        plan = plan.model_copy(update={"server_gpu": the_offer.gpu, "server_gpus": the_offer.gpu_count})
+    outcome, stopped_by = run_stoppable(lambda: run_plan(plan, output=path, progress=progress, checkpoint=keep),
+                                        lambda done: done.interrupted)
+    keep(outcome.result)
+    costs: tuple[LoadCost, ...] = ()
+    if the_offer is not None and sheet is not None:
+        costs = price_load_cases_on_offer(outcome.result.cases, the_offer, sheet.exchange_rates)
+    elif usd_per_hour is not None:
+        costs = price_load_cases(outcome.result.cases, usd_per_hour)
+    return LoadReport(result=outcome.result, search=outcome.search, costs=costs,
+                      output=path if outcome.result.cases else None, stopped_by=stopped_by)
+
+
+def probe(url: str, *, repeats: int = 10, download_url: str | None = None, upload_url: str | None = None,
+          timeout_s: float = 10.0, upload_bytes: int | None = None) -> ProbeResult:
+    """Network round trip, transfer speed and reconnect time to an endpoint."""
+    import asyncio
+
+    from gpuscout.loadgen.probe import DEFAULT_UPLOAD_BYTES
+    from gpuscout.loadgen.probe import probe as run_probe
+
+    return asyncio.run(run_probe(url, repeats=repeats, download_url=download_url, upload_url=upload_url,
+                                 upload_bytes=upload_bytes or DEFAULT_UPLOAD_BYTES, timeout_s=timeout_s))
+
+
+def where_rented(region: str | None, billing: str | None, offers: str | Path | None,
+                 offer: str | None) -> tuple[str | None, str | None]:
+    """Region and billing type as given, else from the offer the machine was rented under (a bench's or a
+    load test's fixed variables, docs/measurement.md §1.1)."""
+    from gpuscout.hardware.price_sheet import where_rented as from_offer
+
+    return from_offer(region, billing, Path(offers) if offers is not None else None, offer)
