@@ -11,10 +11,11 @@ import statistics
 import sys
 import time
 
-from gpuscout.estimator.memory import Job, Model, estimate_memory
+from gpuscout.estimator.memory import estimate_memory
 from gpuscout.hardware.catalog import load_catalog
 from gpuscout.workload.image import load_image_preset
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Lora
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, Lora
+from gpuscout.workload.model import Model
 from gpuscout.workload.presets import load_llm_preset
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import signal
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +13,8 @@ import pytest
 from gpuscout.hardware.catalog import Gpu, find_gpu
 from gpuscout.workload.presets import load_llm_preset
 from gpuscout.workload.shape import ModelShape
+
+SRC = Path(__file__).parent.parent / "src"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -41,7 +44,7 @@ def _no_user_folders(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     @functools.wraps(original)
     def isolated(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
         if kwargs.get("env") is not None:
-            kwargs["env"] = {**folders, **kwargs["env"]}
+            kwargs["env"] = {**folders, "PYTHONPATH": str(SRC), **kwargs["env"]}
         original(self, *args, **kwargs)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", isolated)

@@ -12,7 +12,9 @@ Names are imported on first use, so `import gpuscout` (and the CLI's start-up) s
 
 from __future__ import annotations
 
+import sys
 from importlib import import_module
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -69,3 +71,18 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted({*globals(), *_MODULE_OF})
+
+
+class _Package(ModuleType):
+    """`gpuscout` itself. `cost` and `doctor` are api functions and also subpackages: on a
+    subpackage's first import, Python sets it as an attribute of its parent, which would hide the
+    function from a later `from gpuscout import cost`. The public name is the function; the
+    subpackages stay reachable through `sys.modules` (`from gpuscout.cost import pick`)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if isinstance(value, ModuleType) and name in _MODULE_OF:
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

@@ -22,7 +22,8 @@ import statistics
 from collections.abc import Sequence
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+
+from gpuscout.frozen import Frozen
 
 SPREAD_FLAG = 0.10  # torch.utils.benchmark warns when IQR/median > 10%
 # A run with more samples than this has its resampled mean drawn from the normal distribution the
@@ -35,9 +36,7 @@ _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 
          12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
 
 
-class Summary(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Summary(Frozen):
     n: int
     mean: float
     stdev: float

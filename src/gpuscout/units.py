@@ -14,8 +14,11 @@ KB = 1000
 MB = 1000**2
 GB = 1000**3
 TB = 1000**4
+MINUTE_S = 60.0
+HOUR_S = 3600.0
+DAY_S = 86400.0
 
-_SECOND_UNITS = {"s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "hr": 3600.0, "d": 86400.0}
+_SECOND_UNITS = {"s": 1.0, "sec": 1.0, "m": MINUTE_S, "min": MINUTE_S, "h": HOUR_S, "hr": HOUR_S, "d": DAY_S}
 _QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 

@@ -16,6 +16,7 @@ Writing goes through `outfile`.
 
 from __future__ import annotations
 
+import codecs
 import json
 import math
 import os
@@ -28,9 +29,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from gpuscout.errors import SpecError
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 MIB = 2**20
 # config.json, safetensors indexes and headers: JSON, parsed in C (tens of MB/s). Real ones are a
@@ -46,6 +50,8 @@ MAX_CATALOG_BYTES = 256 * MIB
 MAX_RESULT_BYTES = 512 * MIB
 # Prompt and training-text datasets (JSONL or plain text).
 MAX_DATASET_BYTES = 1024 * MIB
+# One element of a large JSON list read piece by piece (a ShareGPT conversation is kilobytes).
+MAX_ITEM_BYTES = 16 * MIB
 # No file gpuscout reads nests more than six levels; Python's parsers recurse once per level.
 MAX_NESTING = 64
 # The longest file name Linux, macOS and Windows file systems accept (NAME_MAX), in bytes.
@@ -169,6 +175,49 @@ def decode_user_text(data: bytes, where: str, fix: str) -> str:
         line = data.count(b"\n", 0, exc.start) + 1
         raise SpecError(
             f"{where} is not UTF-8 text: an invalid byte on line {line}.",
+            "gpuscout reads user files as UTF-8 (lone surrogates and other encodings are refused).",
+            f"Save the file as UTF-8. {fix}",
+        ) from None
+
+
+def user_lines(path: Path, what: str, fix: str, *, max_bytes: int = MAX_SPEC_BYTES) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of a regular UTF-8 file of at most `max_bytes`, read 1 MiB at a time.
+
+    For the large files only part of which is used (a dataset sampled, a trace cut at --requests): memory
+    holds one chunk and the line being assembled, never the file. Lines end at "\n" (a "\r" before it is
+    dropped), as JSON Lines defines them; a byte that is not UTF-8 is reported by its line number."""
+    with open_user_file(path, what, fix) as (handle, size):
+        if size > max_bytes:
+            raise _too_big(path, what, max_bytes)
+        total, number = 0, 0
+        pending: list[bytes] = []
+        while True:
+            try:
+                chunk = handle.read(_CHUNK_BYTES)
+            except OSError as exc:
+                raise _os_error(path, what, fix, exc) from None
+            if not chunk:
+                break
+            total += len(chunk)
+            if total > max_bytes:  # the file grew past the cap while it was read
+                raise _too_big(path, what, max_bytes)
+            start = 0
+            while (end := chunk.find(b"\n", start)) != -1:
+                pending.append(chunk[start:end])
+                number += 1
+                yield number, _line_text(b"".join(pending), f"The {what} {path}", fix, number)
+                pending, start = [], end + 1
+            pending.append(chunk[start:])
+        if any(pending):
+            yield number + 1, _line_text(b"".join(pending), f"The {what} {path}", fix, number + 1)
+
+
+def _line_text(data: bytes, where: str, fix: str, number: int) -> str:
+    try:
+        return data.removesuffix(b"\r").decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(
+            f"{where} is not UTF-8 text: an invalid byte on line {number}.",
             "gpuscout reads user files as UTF-8 (lone surrogates and other encodings are refused).",
             f"Save the file as UTF-8. {fix}",
         ) from None
@@ -308,6 +357,117 @@ def parse_user_json(text: str, where: str, fix: str, *, finite: bool = True, sur
     return value
 
 
+def user_json_items(path: Path, what: str, fix: str, *, max_bytes: int = MAX_SPEC_BYTES,
+                    max_item_bytes: int = MAX_ITEM_BYTES) -> Iterator[Any]:
+    """The elements of a file holding one JSON list, one at a time, each nested at most `MAX_NESTING` levels
+    (numbers may be NaN and strings may hold unpaired surrogates, as datasets may: the caller checks what it
+    uses).
+
+    For a large list only part of which is used (a ShareGPT file sampled): memory holds one chunk and one
+    element, never the file. An element is parsed once the bytes read hold all of it; one larger than
+    `max_item_bytes` is refused (a conversation of 16 MiB is not one a server is sent)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    chunks = _chunks(path, what, fix, max_bytes)
+    buffer, at, number = "", 0, 0
+    expect = "["  # then "item or ]", "item", ", or ]", and "end" once the list is closed
+    while True:
+        at = _skip_space(buffer, at)
+        if at == len(buffer):
+            more = next(chunks, None)
+            if more is None:
+                if expect != "end":
+                    raise SpecError(f"The {what} {path} ends before its list does.", "It is one JSON list.", fix)
+                return
+            buffer, at = buffer[at:] + _decoded(decoder, more, path, what, fix), 0
+            continue
+        char = buffer[at]
+        if expect == "[" and char == "[":
+            expect, at = "item or ]", at + 1
+        elif expect in ("item or ]", ", or ]") and char == "]":
+            expect, at = "end", at + 1
+        elif expect == ", or ]" and char == ",":
+            expect, at = "item", at + 1
+        elif expect in ("item or ]", "item"):
+            complete, rest, value = _one_item(buffer, at, chunks, decoder, path, what, fix, max_item_bytes)
+            if not complete:  # more of the file was needed: the element starts the longer buffer
+                buffer, at = rest, 0
+                continue
+            number += 1
+            if nesting_exceeds(buffer[at:rest], MAX_NESTING):
+                raise _too_deep(f"{path} element {number}", fix)
+            yield value
+            expect, at = ", or ]", rest
+        else:
+            where = "after its list ends" if expect == "end" else f"where {expect!r} should be"
+            raise SpecError(f"The {what} {path} is not one JSON list: {shown(char)} {where}.",
+                            "A ShareGPT file is one JSON list of conversations.", fix)
+
+
+_SPACE = re.compile(r"[ \t\r\n]*")
+
+
+def _skip_space(text: str, at: int) -> int:
+    found = _SPACE.match(text, at)
+    return found.end() if found else at
+
+
+def _chunks(path: Path, what: str, fix: str, max_bytes: int) -> Iterator[bytes]:
+    with open_user_file(path, what, fix) as (handle, size):
+        if size > max_bytes:
+            raise _too_big(path, what, max_bytes)
+        total = 0
+        while True:
+            try:
+                chunk = handle.read(_CHUNK_BYTES)
+            except OSError as exc:
+                raise _os_error(path, what, fix, exc) from None
+            if not chunk:
+                return
+            total += len(chunk)
+            if total > max_bytes:
+                raise _too_big(path, what, max_bytes)
+            yield chunk
+
+
+def _decoded(decoder: codecs.IncrementalDecoder, data: bytes, path: Path, what: str, fix: str) -> str:
+    try:
+        return str(decoder.decode(data))
+    except UnicodeDecodeError:
+        raise SpecError(f"The {what} {path} is not UTF-8 text.",
+                        "gpuscout reads user files as UTF-8 (other encodings are refused).",
+                        f"Save the file as UTF-8. {fix}") from None
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _one_item(buffer: str, at: int, chunks: Iterator[bytes], decoder: codecs.IncrementalDecoder, path: Path,
+              what: str, fix: str, max_item_bytes: int) -> tuple[bool, Any, Any]:
+    """(True, end, value) when buffer[at:] starts with a whole JSON value ending at `end`; (False, a longer buffer
+    from `at`, None) when more of the file is needed; a SpecError when the value is malformed or too large."""
+    try:
+        value, end = _DECODER.raw_decode(buffer, at)
+        if end < len(buffer):
+            return True, end, value
+    except (RecursionError, ValueError) as exc:
+        if not isinstance(exc, json.JSONDecodeError):
+            raise _too_deep(f"{path}", fix) from None
+    more = next(chunks, None)
+    if more is None:  # the whole file is here: the element is what it is
+        try:
+            value, end = _DECODER.raw_decode(buffer, at)
+            return True, end, value
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{path} is not valid JSON: {exc.msg} at character {exc.pos:,}.",
+                            "The JSON parser stopped there.", fix) from None
+        except (RecursionError, ValueError):
+            raise _too_deep(f"{path}", fix) from None
+    if len(buffer) - at > max_item_bytes:
+        raise SpecError(f"The {what} {path} holds an element larger than {max_item_bytes // MIB} MiB.",
+                        "Each element is one conversation; none that a server is sent is that long.", fix)
+    return False, buffer[at:] + _decoded(decoder, more, path, what, fix), None
+
+
 def read_user_json(path: Path, what: str, fix: str, *, max_bytes: int = MAX_SPEC_BYTES) -> Any:
     """The file parsed as JSON, with finite numbers and printable strings (see `parse_user_json`)."""
     return parse_user_json(read_user_text(path, what, fix, max_bytes=max_bytes), str(path), fix)
@@ -368,3 +528,11 @@ def shown(value: object, limit: int = 80) -> str:
     """A value for an error message: repr'd (control characters and surrogates escaped) and short."""
     text = _SHOWN.repr(value) if not isinstance(value, str) else repr(value[: limit + 1])
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def first_invalid_field(exc: ValidationError, *within: str) -> str:
+    """The first field a file failed validation on, as 'where: why' safe to print; `within` names
+    the part of the file the model was read from. One wording for every file gpuscout reads back."""
+    first = exc.errors()[0]
+    where = ".".join(printable(str(part), 40) for part in (*within, *first["loc"]))
+    return f"{where}: {printable(first['msg'])}"

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpuscout.cost.pick import PickRow, exclusion, lay_out, mark_pareto, pick, place, slo_met
+from gpuscout.cost.pick import lay_out, mark_pareto, pick, place, slo_met
+from gpuscout.cost.pick_row import PickRow, exclusion
 from gpuscout.estimator.fit import planned_job
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.speed.estimate import estimate_speed
@@ -270,7 +271,7 @@ def test_serving_plans_time_fp8_kv_at_the_original_width() -> None:
 
 
 def test_offers_sharing_a_shape_are_laid_out_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    import gpuscout.cost.pick as module
+    from gpuscout.cost import pick as module
 
     calls: list[tuple[str, int]] = []
     real = module.lay_out

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import gpuscout
-from gpuscout.cost.pick import pick, unit_costs
+from gpuscout.cost.pick import pick
+from gpuscout.cost.pick_row import unit_costs
 from gpuscout.errors import SpecError, UnknownNameError
 from gpuscout.estimator.breakdown import bytes_by_category
 from gpuscout.estimator.colocate import colocation

@@ -63,6 +63,9 @@ class FakeConfig:
     prefill_s_per_token: float = 0.0  # added to TTFT for each prompt word not found in the prefix cache
     no_usage: bool = False  # never send usage (llama-cpp-python's server ignores include_usage)
     max_running: int | None = None  # serve this many at once; the rest wait (a server that can saturate)
+    metrics_page: str | None = None  # served at /metrics instead of the honest page (a broken or hostile exporter)
+    images_returned: int | None = None  # images in every answer, whatever `n` asked (a server that lies)
+    metrics_status: int = 200  # the /metrics page's HTTP status (its body is the page all the same)
 
 
 @dataclass(slots=True)
@@ -94,6 +97,8 @@ class FakeServer:
     records: list[Served] = field(default_factory=list)
     blocks: set[tuple[str, ...]] = field(default_factory=set)  # cached prefixes, block-aligned
     running: int = 0
+    scrapes: int = 0
+    scrape_auth: list[str | None] = field(default_factory=list)  # the authorization header of each scrape
     gate: asyncio.Semaphore | None = None
 
     def metrics_text(self) -> str:
@@ -164,7 +169,10 @@ async def _respond(server: FakeServer, writer: asyncio.StreamWriter, method: str
     if method == "GET" and path == "/health":
         return await _plain(writer, 200, {"status": "ok"})
     if method == "GET" and path == "/metrics":
-        return await _text(writer, server.metrics_text())
+        server.scrapes += 1
+        server.scrape_auth.append(headers.get("authorization"))
+        page = server.config.metrics_page
+        return await _text(writer, server.metrics_text() if page is None else page, server.config.metrics_status)
     route = path.split("?", 1)[0]
     if method == "POST" and route == "/v1/images/generations":
         return await _images(server, writer, json.loads(body), path, received)
@@ -312,7 +320,7 @@ async def _images(server: FakeServer, writer: asyncio.StreamWriter, req: dict[st
     """An image generation: `n` images, `image_delay_s` each, as base64 JSON."""
     served = Served(str(req.get("prompt", "")), path, received)
     server.records.append(served)
-    n = int(req.get("n", 1))
+    n = int(req.get("n", 1)) if server.config.images_returned is None else server.config.images_returned
     await asyncio.sleep(server.config.image_delay_s * n)
     served.images = n
     image = base64.b64encode(b"\x89PNG" + bytes(2048)).decode()
@@ -321,10 +329,10 @@ async def _images(server: FakeServer, writer: asyncio.StreamWriter, req: dict[st
     return keep
 
 
-async def _text(writer: asyncio.StreamWriter, text: str) -> bool:
+async def _text(writer: asyncio.StreamWriter, text: str, status: int = 200) -> bool:
     data = text.encode()
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n%s" % (
-        len(data), data))
+    writer.write(b"HTTP/1.1 %d OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: %d\r\n\r\n%s" % (
+        status, len(data), data))
     await writer.drain()
     return True
 

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
+from gpuscout.cost.verdict import CostPoint
 from gpuscout.errors import SpecError
 from gpuscout.results.compare import compare_results, headline_metric
 from gpuscout.results.fairness import UnfairComparisonError
-from gpuscout.results.verdict import CostPoint, decide
+from gpuscout.results.verdict import decide
 
 from . import A100, BASE_TPS, GIB, bench_result, failed_case, metric, train_case
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuscout.api.inputs import InputError, offer_in, rates_for
+from gpuscout.units import HOUR_S
 
 if TYPE_CHECKING:
     from gpuscout.cost.billing import CostOptions, JobCost
@@ -79,7 +80,7 @@ def _offer_cost(hours: float, offers: str | Path | None, offer_id: str | None, e
     sheet, the_offer = offer_in(offers, offer_id)
     rates = rates_for(sheet.exchange_rates, fx, day)
     shown = _shown(currency, rates)
-    bill = with_given_extras(price_job(the_offer, hours * 3600, options), rates, **extras)
+    bill = with_given_extras(price_job(the_offer, hours * HOUR_S, options), rates, **extras)
     if shown is not None:
         bill = bill_in(bill, shown, rates)
     converted = {the_offer.currency, shown.code} if shown is not None and shown.code != the_offer.currency else set()

@@ -6,16 +6,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.job import Job as Job  # re-exported: the api names the job union too
 
 if TYPE_CHECKING:
     from gpuscout.hardware.catalog import Gpu
-    from gpuscout.workload.image import ImageModelShape
+    from gpuscout.workload.model import Model
     from gpuscout.workload.presets import LlmPreset
-    from gpuscout.workload.shape import ModelShape
-    from gpuscout.workload.video import VideoModelShape
 
-Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
 JobRef = Job | str | Path | None
 
 
@@ -26,14 +23,14 @@ def load_job(ref: JobRef = None) -> Job:
 
 def job_and_dir(ref: JobRef) -> tuple[Job, Path | None]:
     """The job and the folder its spec lies in (relative model paths are read from there)."""
-    if isinstance(ref, FinetuneJob | InferenceJob | ImageJob | VideoJob):
-        return ref, None
+    if ref is not None and not isinstance(ref, str | Path):
+        return ref, None  # a job object already
     from gpuscout.workload.jobs import load_job_ref
 
     return load_job_ref(ref)
 
 
-def job_and_model(ref: JobRef) -> tuple[Job, ModelShape | ImageModelShape | VideoModelShape, Path | None]:
+def job_and_model(ref: JobRef) -> tuple[Job, Model, Path | None]:
     """The job, its model's shape, and the folder its spec lies in."""
     from gpuscout.workload.jobs import resolve_job_model
 
@@ -50,7 +47,7 @@ def gpus() -> tuple[Gpu, ...]:
 
 @dataclass(frozen=True)
 class ModelReport:
-    shape: ModelShape | ImageModelShape | VideoModelShape
+    shape: Model
     weight_bytes_by_format: dict[str, int] = field(default_factory=dict)  # language models, per format
     kv_bytes_per_token_by_dtype: dict[str, int] = field(default_factory=dict)
 

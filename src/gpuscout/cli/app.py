@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from gpuscout.cli.doctor import doctor
 from gpuscout.cli.load import load as load_command
@@ -23,6 +22,7 @@ from gpuscout.cli.output import console, emit, worded
 from gpuscout.cli.report import report
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record, results_app
 from gpuscout.errors import GpuscoutError
+from gpuscout.report.escape import printable, screen_console
 
 app = typer.Typer(
     name="gpuscout",
@@ -287,7 +287,7 @@ def bench(
     stored = record("bench", payload, store=store, no_store=no_store)
     screen = bench_screen(report.result, report.estimate, report.output, wide=wide, stored_as=stored)
     if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
-        Console(stderr=True).print(screen)
+        screen_console(stderr=True).print(screen)
         raise typer.Exit(128 + report.stopped_by)
     emit(lambda: payload, lambda: screen, as_json)
 
@@ -333,7 +333,7 @@ def compare(
     out = renderers[fmt](report.comparison, report.verdict, report.costs, notes=report.warnings, rates=report.rates,
                          currency=report.currency)
     if isinstance(out, str):
-        sys.stdout.write(out if out.endswith("\n") else out + "\n")
+        sys.stdout.write(printable(out if out.endswith("\n") else out + "\n"))
     else:
         console().print(out)
 
@@ -394,7 +394,7 @@ def main() -> None:
     try:
         app()
     except GpuscoutError as exc:
-        sys.stderr.write(f"error: {worded(exc).render()}\n")
+        sys.stderr.write(f"error: {printable(worded(exc).render())}\n")  # it may quote a file or a server
         sys.exit(1)
     except BrokenPipeError:
         # Point stdout at /dev/null so the interpreter's final flush cannot raise again.

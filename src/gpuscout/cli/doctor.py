@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from gpuscout.cli.options import JsonFlag
 from gpuscout.cli.output import print_json
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record
+from gpuscout.report.escape import screen_console
 
 
 def doctor(
@@ -58,10 +58,10 @@ def doctor(
     stored = record("doctor", report.result.model_dump(mode="json"), store=store, no_store=no_store)
     screen = doctor_screen(report.result, report.output, wide=wide, stored_as=stored)
     if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
-        Console(stderr=True).print(screen)
+        screen_console(stderr=True).print(screen)
         raise typer.Exit(report.exit_code)
     if as_json:
         print_json({**report.result.model_dump(mode="json"), "exit_code": report.exit_code})
     else:
-        Console().print(screen)
+        screen_console().print(screen)
     raise typer.Exit(report.exit_code)

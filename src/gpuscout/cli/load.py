@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from gpuscout.cli.options import BillingOption, JsonFlag, RegionOption, RunsOption, WideFlag
 from gpuscout.cli.output import emit
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record
+from gpuscout.report.escape import screen_console
 
 
 def load(
@@ -113,7 +113,7 @@ def load(
                      server_gpu=server_gpu, server_gpus=server_gpus)
     report = api.load(plan, output=output, offers=offers, offer=offer, usd_per_hour=usd_per_hour,
                       progress=load_progress if sys.stderr.isatty() else None)
-    err = Console(stderr=True)
+    err = screen_console(stderr=True)
     load_warnings(report.result, err)
     payload = load_payload(report.result, report.costs, report.search, slo)
     if report.result.cases:

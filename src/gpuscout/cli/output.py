@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from gpuscout.errors import GpuscoutError
+from gpuscout.report.escape import screen_console
 
 # The flags whose names are not the api parameter's with dashes (`target_rps` → `--target-rps`).
 FLAG_OF = {"load_results": "--load", "doctor_results": "--doctor", "offer_ids": "--offer"}
@@ -28,7 +29,8 @@ def emit(payload: Callable[[], Any], renderable: Callable[[], Any], as_json: boo
 
 
 def console() -> Console:
-    return Console()
+    """The console of every screen: outside text on it shows its control characters escaped (report.escape)."""
+    return screen_console()
 
 
 def print_json(payload: Any) -> None:

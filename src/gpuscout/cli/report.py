@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 
 from gpuscout.cli.results import StoreOption
+from gpuscout.report.escape import screen_console
 
 if TYPE_CHECKING:
     from gpuscout.workload.job import Slo
@@ -52,7 +52,7 @@ def report(
                                      "render_s": round(render_s, 3), "sections": [t for _, t in rendered.sections],
                                      "sources": [d.label for d in inputs.documents]}, indent=2) + "\n")
         return
-    Console().print(f"report written to {path}: {len(inputs.documents)} source(s), {rendered.plots} plot(s), "
+    screen_console().print(f"report written to {path}: {len(inputs.documents)} source(s), {rendered.plots} plot(s), "
                     f"{size / 1024:,.0f} KiB, drawn in {render_s:.2f} s", markup=False, highlight=False)
 
 

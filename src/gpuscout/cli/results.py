@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from gpuscout.cli.output import print_json
 from gpuscout.errors import GpuscoutError
+from gpuscout.report.escape import printable, screen_console
 
 StoreOption = Annotated[Path | None, typer.Option(
     "--store", help="Results store (SQLite file); default: $GPUSCOUT_STORE, else "
@@ -33,7 +33,7 @@ def record(kind: str, payload: dict[str, Any], *, store: Path | None, no_store: 
         return None
     from gpuscout import api
 
-    err = Console(stderr=True)
+    err = screen_console(stderr=True)
     try:
         entry = api.record_run(kind, payload, store=store)
     except GpuscoutError as exc:
@@ -69,7 +69,7 @@ def list_runs(
     from gpuscout.report.results import results_text
 
     width = shutil.get_terminal_size((80, 24)).columns
-    sys.stdout.write(results_text(listing.runs, listing.matched, listing.store, width=width))
+    sys.stdout.write(printable(results_text(listing.runs, listing.matched, listing.store, width=width)))
 
 
 @results_app.command("show")
@@ -85,7 +85,7 @@ def show(run_id: RunIdArg, store: StoreOption = None,
         return
     from gpuscout.report.stored_run import stored_run_screen
 
-    Console().print(stored_run_screen(shown.entry, shown.payload))
+    screen_console().print(stored_run_screen(shown.entry, shown.payload))
 
 
 @results_app.command("export")
@@ -100,4 +100,4 @@ def export(run_id: RunIdArg,
     if as_json:
         print_json({"run": run_id, "output": str(path), "bytes": path.stat().st_size})
     else:
-        Console().print(f"run {run_id} written to {path}", markup=False, highlight=False)
+        screen_console().print(f"run {run_id} written to {path}", markup=False, highlight=False)

@@ -20,24 +20,24 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from gpuscout.cost.billed_time import billed_seconds, billed_startup_s, startup_text
 from gpuscout.cost.spot import SpotOutcome, expected_spot_run, spot_p95_billed_s
 from gpuscout.cost.transfer import DataSource
 from gpuscout.errors import option_error
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate, to_display
 from gpuscout.hardware.offers import EgressTier, Offer, StorageItem, instance_price_per_hour
+from gpuscout.units import DAY_S, HOUR_S
 
-HOUR_S = 3600.0
-DAY_S = 86400.0
 MAX_KEEP_STOPPED_DAYS = 3650.0  # ten years: past that a number is a typo (docs/design.md §4.10)
 
 
-class CostOptions(BaseModel):
+class CostOptions(Frozen):
     """What the user knows about the run that no price sheet says."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     egress_gb: float = Field(0.0, ge=0)  # data moved out (checkpoints, results)
     failed_attempts: float = Field(0.0, ge=0)  # expected failed attempts before the run that succeeds
@@ -61,18 +61,15 @@ def cost_options(**options: float) -> CostOptions:
                            "Pass {flag} with a value in that range.") from None
 
 
-class CostLine(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class CostLine(Frozen):
     name: str
     amount: float
     formula: str
 
 
-class JobCost(BaseModel):
+class JobCost(Frozen):
     """The bill for one job on one offer, in the offer's currency."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     offer_id: str
     currency: str
@@ -110,9 +107,7 @@ def price_job(offer: Offer, work_s: float, options: CostOptions | None = None) -
                    interruptions=run.expected.interruptions, p95_method=run.p95_method)
 
 
-class RunOutcome(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class RunOutcome(Frozen):
     expected: SpotOutcome
     p95: SpotOutcome
     p95_method: str = ""

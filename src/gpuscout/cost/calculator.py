@@ -6,20 +6,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.cost.billed_time import round_bill
 from gpuscout.cost.billing import CostLine, JobCost
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import ExchangeRate, to_usd
+from gpuscout.units import HOUR_S
 
-HOUR_S = 3600.0
 
-
-class PlainCost(BaseModel):
+class PlainCost(Frozen):
     """total = price × GPUs × hours + storage + transfer + retries, in USD."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     usd_per_gpu_hour: float
     gpus: int
@@ -31,10 +28,9 @@ class PlainCost(BaseModel):
     total_usd: float
 
 
-class BilledCost(BaseModel):
+class BilledCost(Frozen):
     """The same run under billing rules: startup and idle tail billed, minimum, rounding."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     increment_s: float
     min_billed_s: float

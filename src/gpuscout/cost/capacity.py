@@ -22,29 +22,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import date
-from typing import TYPE_CHECKING
-
-from pydantic import BaseModel, ConfigDict
 
 from gpuscout.cost.billing import CostOptions, price_job
+from gpuscout.cost.pick_row import PickRow, exclusion, row_base, unit_costs
 from gpuscout.cost.spot import SpotNeverFinishes
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate, to_usd
 from gpuscout.hardware.offers import Offer
-from gpuscout.results.schema import BenchResult, Case
+from gpuscout.results.schema import E2E_FROM_INTENDED_S, TPOT_S, TTFT_FROM_INTENDED_S, BenchResult, Case
 from gpuscout.workload.job import InferenceJob, Slo
 
-if TYPE_CHECKING:
-    from gpuscout.cost.pick import PickRow
-
 # SLO target → (metric from the intended send, where one exists): a lagging client cannot hide queueing.
-_TARGETS = (("ttft_p95_s", "ttft_from_intended_s"), ("tpot_p95_s", "tpot_s"), ("e2e_p95_s", "e2e_from_intended_s"))
+_TARGETS = (("ttft_p95_s", TTFT_FROM_INTENDED_S), ("tpot_p95_s", TPOT_S), ("e2e_p95_s", E2E_FROM_INTENDED_S))
 
 
-class MeasuredCapacity(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class MeasuredCapacity(Frozen):
     source: str  # the result's name
     gpu: str  # catalog SKU
     gpus: int  # per replica
@@ -124,8 +118,6 @@ def judge_measured(job: InferenceJob, offer: Offer, cap: MeasuredCapacity, targe
                    rates: Sequence[ExchangeRate], deadline_s: float | None, budget_usd: float | None, today: date,
                    options: CostOptions | None, currency: DisplayCurrency) -> PickRow:
     """One offer priced from the measured capacity instead of the roofline."""
-    from gpuscout.cost.pick import PickRow, exclusion, row_base, unit_costs
-
     base = row_base(offer, today) | {"fits": True, "gpus_needed": cap.gpus, "bound": "measured"}
     if cap.case is None:
         return PickRow(**base | {"slo_met": False, "excluded": f"misses the latency SLO: measured by {cap.source}: "

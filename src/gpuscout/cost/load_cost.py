@@ -20,21 +20,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import ExchangeRate, to_usd
 from gpuscout.hardware.offers import Offer, instance_price_per_hour
 from gpuscout.results.schema import Case
+from gpuscout.units import HOUR_S
 
-HOUR_S = 3600.0
 GOODPUT_TOKENS_METRIC = "goodput_output_tokens_per_s"
 CONTROL_SUFFIX = ", no shared prefix"  # the name `load --prefix-control` gives a level's control case
 
 
-class LoadCost(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class LoadCost(Frozen):
     usd_per_hour: float
     price_source: str  # the offer id, or "--usd-per-hour"
     usd_per_1m_output_tokens: float | None  # None when nothing was produced

@@ -20,24 +20,23 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.cost.billing import CostLine, CostOptions, JobCost, price_job
 from gpuscout.cost.transfer import DataSource, Transfer, plan_transfer
 from gpuscout.errors import SpecError
 from gpuscout.estimator.host import HostNeeds, estimate_host
-from gpuscout.estimator.memory import Job, Model
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import ExchangeRate, to_usd
 from gpuscout.hardware.offers import Offer, StorageItem
+from gpuscout.workload.job import Job
+from gpuscout.workload.model import Model
 
 GB = 10**9
 EXTRA_DISK = "extra disk (the job needs it)"
 
 
-class MachineCheck(BaseModel):
+class MachineCheck(Frozen):
     """The host side of one offer: what the job needs, what the offer has, what it adds to the bill."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     needs: HostNeeds
     ram_gb: float | None  # the offer's host RAM, decimal GB (None: not stated)

@@ -27,28 +27,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import date
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.cost.billing import CostOptions, JobCost, price_job
-from gpuscout.cost.pick import unit_costs
+from gpuscout.cost.pick_row import OfferFacts, offer_facts, unit_costs
+from gpuscout.cost.verdict import CostPoint
 from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.currency import USD, DisplayCurrency, ExchangeRate, to_usd
-from gpuscout.hardware.offers import Offer, is_stale
+from gpuscout.hardware.offers import Offer
 from gpuscout.hardware.price_sheet import PriceSheet, find_offer
 from gpuscout.results.compare import headline_metric
 from gpuscout.results.runs import metric_runs
 from gpuscout.results.schema import BenchResult, Metric
-from gpuscout.results.verdict import CostPoint
 from gpuscout.stats import mean_ci
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob, parse_job
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob, parse_job
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class MeasuredWork(_Frozen):
+class MeasuredWork(Frozen):
     """How long the whole job takes at the measured throughput."""
 
     case: str
@@ -65,15 +60,7 @@ class MeasuredWork(_Frozen):
     formula: str
 
 
-class MeasuredCost(_Frozen):
-    offer_id: str
-    provider: str
-    tier: str
-    gpu_sku: str
-    gpu_count: int
-    currency: str
-    observed_at: date
-    stale: bool
+class MeasuredCost(OfferFacts):
     example: bool
     work: MeasuredWork
     cost: JobCost  # in the offer's currency
@@ -128,7 +115,7 @@ def _interval(metric: Metric) -> tuple[float | None, float | None]:
     return (low, high) if low > 0 else (None, None)
 
 
-def job_units(job: FinetuneJob | InferenceJob | ImageJob | VideoJob, metric: str) -> tuple[float, str, str]:
+def job_units(job: Job, metric: str) -> tuple[float, str, str]:
     """The whole job's size in the units of a throughput `metric`, the unit's name, and the formula."""
     match job, metric:
         case FinetuneJob(), "tokens_per_s":
@@ -180,12 +167,10 @@ def price_measured(result: BenchResult, offer: Offer, *, rates: Sequence[Exchang
     if work.work_low_s is not None and work.work_high_s is not None:
         low, high = (to_usd(price_job(offer, s, options).total, offer.currency, rates)
                      for s in (work.work_low_s, work.work_high_s))
-    return MeasuredCost(offer_id=offer.id, provider=offer.provider, tier=offer.tier, gpu_sku=offer.gpu,
-                        gpu_count=offer.gpu_count, currency=offer.currency, observed_at=offer.observed_at,
-                        stale=is_stale(offer, today), example=offer.example,
-                        work=work, cost=cost, total_usd=total, total_p95_usd=p95, low_usd=low, high_usd=high,
-                        unit_costs_usd=unit_costs(job, total), failed_runs=failures[0], runs=failures[1],
-                        warnings=offer_warnings(result, job, offer))
+    return MeasuredCost.model_validate({
+        **offer_facts(offer, today), "example": offer.example, "work": work, "cost": cost, "total_usd": total,
+        "total_p95_usd": p95, "low_usd": low, "high_usd": high, "unit_costs_usd": unit_costs(job, total),
+        "failed_runs": failures[0], "runs": failures[1], "warnings": offer_warnings(result, job, offer)})
 
 
 def measured_failures(result: BenchResult, case_name: str) -> tuple[int, int]:
@@ -205,7 +190,7 @@ def _with_failures(options: CostOptions | None, failures: tuple[int, int]) -> Co
 
 
 def offer_warnings(
-    result: BenchResult, job: FinetuneJob | InferenceJob | ImageJob | VideoJob, offer: Offer
+    result: BenchResult, job: Job, offer: Offer
 ) -> tuple[str, ...]:
     out = []
     if result_sku(result) is None:

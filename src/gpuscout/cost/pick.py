@@ -18,12 +18,13 @@ import math
 from collections.abc import Callable, Sequence
 from datetime import date
 from functools import partial
-from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import Field
 
-from gpuscout.cost.billing import CostOptions, JobCost
-from gpuscout.cost.machine import MachineCheck, check_machine, host_needs, price_on_machine
+from gpuscout.cost.billing import CostOptions
+from gpuscout.cost.capacity import MeasuredCapacity, capacity_warnings, find_capacity, judge_measured
+from gpuscout.cost.machine import check_machine, host_needs, price_on_machine
+from gpuscout.cost.pick_row import PickRow, exclusion, row_base, unit_costs
 from gpuscout.cost.spot import SpotNeverFinishes
 from gpuscout.errors import GpuscoutError, SpecError
 from gpuscout.estimator.fit import (
@@ -34,51 +35,47 @@ from gpuscout.estimator.fit import (
     task_changing_options,
 )
 from gpuscout.estimator.host import HostNeeds
-from gpuscout.estimator.memory import Job, Model, estimate_memory
+from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.speed.estimate import SpeedEstimate, estimate_speed
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu, find_gpu
 from gpuscout.hardware.currency import (
     USD,
     DisplayCurrency,
     ExchangeRate,
-    amount_text,
-    from_usd,
     missing_rate_fix,
     to_usd,
 )
-from gpuscout.hardware.offers import Offer, is_stale, price_warnings
+from gpuscout.hardware.offers import Offer, price_warnings
+from gpuscout.results.schema import E2E_S, TPOT_S, TTFT_S
 from gpuscout.workload.colocated import ColocatedShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
-
-if TYPE_CHECKING:
-    from gpuscout.cost.capacity import MeasuredCapacity
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
+from gpuscout.workload.model import Model
 
 THROUGHPUTS = frozenset({"output_tokens_per_s", "requests_per_s", "images_per_s", "clips_per_s", "tokens_per_s",
                          "samples_per_s"})
 RATES = THROUGHPUTS | {"mfu", "achieved_tflops"}  # a plan's unmodelled slowdown divides these, multiplies the rest
-SLO_METRICS = {"ttft_s": "TTFT", "tpot_s": "TPOT", "e2e_s": "E2E"}
+SLO_METRICS = {TTFT_S: "TTFT", TPOT_S: "TPOT", E2E_S: "E2E"}
 # The most one offer's job may cost and still be ranked: ten times AWS's net sales in 2024 ($107.6 B,
 # Amazon.com 2024 Form 10-K). A total past it comes from an absurd number in the offer (a price,
 # a restart overhead, a stopped time), never from a rental: the offer is excluded, saying so.
 MAX_TOTAL_USD = 1e12
 
 
-class Placement(BaseModel):
+class Placement(Frozen):
     """How the job runs on one instance."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
-    job: FinetuneJob | InferenceJob | ImageJob | VideoJob  # the job as laid out on the instance
+    job: Job  # the job as laid out on the instance
     gpus_needed: int  # fewest GPUs whose memory holds the job (one replica)
     group: int  # GPUs per replica (data-parallel group for training, TP group for serving)
     replicas: int  # independent copies working in parallel
     plan: tuple[Suggestion, ...] = ()  # changes that keep the task, applied so that it fits (empty: as written)
 
 
-class Layout(BaseModel):
+class Layout(Frozen):
     """The job on one instance shape (GPU × count): how it runs and how fast, or why it cannot."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     placement: Placement | None
     unfit: str | None  # why it does not fit (None when placed)
@@ -87,44 +84,12 @@ class Layout(BaseModel):
     runtime_s: float = 0.0  # whole job on the instance: replicas and the plan's slowdown applied
     runtime_low_s: float = 0.0
     runtime_high_s: float = 0.0
-    metrics: dict[str, float] = {}
+    metrics: dict[str, float] = Field(default_factory=dict)
     slo_miss: str | None = None  # 'TPOT 0.070 s > 0.05 s at the band's slow end'
     slo_met: bool | None = None
 
 
-class PickRow(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    offer_id: str
-    provider: str
-    tier: str
-    gpu_sku: str
-    gpu_count: int
-    currency: str
-    observed_at: date
-    stale: bool
-    fits: bool
-    gpus_needed: int | None
-    runtime_s: float | None
-    runtime_low_s: float | None
-    runtime_high_s: float | None
-    bound: str | None
-    total_usd: float | None
-    total_p95_usd: float | None
-    unit_costs_usd: dict[str, float]
-    slo_met: bool | None
-    metrics: dict[str, float]
-    excluded: str | None  # one-line reason, None when the offer is ranked
-    pareto: bool = False
-    cost: JobCost | None = None
-    plan: tuple[Suggestion, ...] = ()  # changes that keep the task, applied so that it fits (empty: as written)
-    options: tuple[Suggestion, ...] = ()  # changes that alter the task, offered (never applied) when unfit
-    machine: MachineCheck | None = None  # the host: RAM, vCPUs, disk and the dataset's pull (docs/cost.md §2.14)
-
-
-class PickResult(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class PickResult(Frozen):
     job_name: str
     rows: tuple[PickRow, ...]  # ranked rows first (cheapest total first), then the excluded
     exchange_rates: tuple[ExchangeRate, ...]
@@ -139,8 +104,6 @@ def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[Exc
          capacities: Sequence[MeasuredCapacity] = (), target_rps: float | None = None) -> PickResult:
     """Rank offers by total job cost; `as_written` places only the job as written (no plans).
     `capacities`: measured serving capacities (`cost.capacity`), used instead of the estimate on their GPU."""
-    from gpuscout.cost.capacity import capacity_warnings, find_capacity, judge_measured
-
     layouts: dict[tuple[str, int], Layout] = {}  # many offers share a GPU and a count
     hosts: dict[tuple[str, int], HostNeeds] = {}  # and so the host RAM and disk the job needs there
     rows = []
@@ -254,14 +217,6 @@ def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = 
                   runtime_high_s=high, metrics=_scaled_metrics(speed, placement, slow),
                   slo_miss="; ".join(misses) + " at the band's slow end" if misses else None,
                   slo_met=not misses if any(k in speed.metrics for k in _slo_targets(job)) else None)
-
-
-def row_base(offer: Offer, today: date) -> dict[str, object]:
-    return {"offer_id": offer.id, "provider": offer.provider, "tier": offer.tier, "gpu_sku": offer.gpu,
-            "gpu_count": offer.gpu_count, "currency": offer.currency, "observed_at": offer.observed_at,
-            "stale": is_stale(offer, today), "gpus_needed": None, "runtime_s": None,
-            "runtime_low_s": None, "runtime_high_s": None, "bound": None, "total_usd": None,
-            "total_p95_usd": None, "unit_costs_usd": {}, "slo_met": None, "metrics": {}}
 
 
 def _timed_job(placement: Placement, job: Job) -> Job:
@@ -401,7 +356,7 @@ def _slowed(key: str, value: float, slowdown: float) -> float:
 def _slo_targets(job: Job) -> dict[str, float]:
     if not isinstance(job, InferenceJob):
         return {}
-    targets = {"ttft_s": job.slo.ttft_p95_s, "tpot_s": job.slo.tpot_p95_s, "e2e_s": job.slo.e2e_p95_s}
+    targets = {TTFT_S: job.slo.ttft_p95_s, TPOT_S: job.slo.tpot_p95_s, E2E_S: job.slo.e2e_p95_s}
     return {k: v for k, v in targets.items() if v is not None}
 
 
@@ -420,39 +375,6 @@ def slo_met(job: Job, speed: SpeedEstimate) -> bool | None:
     """Whether every P95 target is met at the band's slow end; None when the job has none."""
     checked = [k for k in _slo_targets(job) if k in speed.metrics]
     return not slo_misses(job, speed) if checked else None
-
-
-def unit_costs(job: Job, total_usd: float) -> dict[str, float]:
-    match job:
-        case FinetuneJob():
-            tokens = job.dataset_tokens * job.epochs
-            return {"usd_per_epoch": total_usd / job.epochs, "usd_per_job": total_usd,
-                    "usd_per_1m_train_tokens": total_usd / tokens * 1e6}
-        case InferenceJob():
-            # Co-served models: the cost is of every model's requests and tokens.
-            requests = job.requests + sum(c.requests for c in job.co_served)
-            tokens = job.requests * job.output_tokens + sum(c.requests * c.output_tokens for c in job.co_served)
-            return {"usd_per_1m_output_tokens": total_usd / tokens * 1e6, "usd_per_request": total_usd / requests}
-        case ImageJob():
-            return {"usd_per_1000_images": total_usd / job.images * 1000}
-        case VideoJob():
-            return {"usd_per_clip": total_usd / job.clips}
-    raise AssertionError(job)
-
-
-def exclusion(runtime_s: float, total_usd: float, slo_miss: str | None, deadline_s: float | None,
-              budget_usd: float | None, currency: DisplayCurrency = USD, *, pull_s: float = 0.0) -> str | None:
-    """The one-line reason an offer that fits is left out, or None; `slo_miss` names the missed targets.
-    The deadline is on when the job ends: after the dataset's pull (`pull_s`) and the runtime."""
-    if slo_miss is not None:
-        return f"misses the latency SLO: {slo_miss}"
-    if deadline_s is not None and runtime_s + pull_s > deadline_s:
-        pulled = f" with the {pull_s / 3600:.1f} h dataset pull" if pull_s else ""
-        return f"misses the deadline ({(runtime_s + pull_s) / 3600:.1f} h{pulled} > {deadline_s / 3600:.1f} h)"
-    if budget_usd is not None and total_usd > budget_usd:
-        total, budget = (from_usd(x, currency) for x in (total_usd, budget_usd))
-        return f"over budget ({amount_text(total, currency.code)} > {amount_text(budget, currency.code)})"
-    return None
 
 
 def mark_pareto(rows: list[PickRow]) -> list[PickRow]:

@@ -24,13 +24,12 @@ from __future__ import annotations
 import math
 import random
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.cost.billed_time import billed_seconds, billed_startup_s
 from gpuscout.errors import GpuscoutError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.offers import Offer
+from gpuscout.units import HOUR_S
 
-HOUR_S = 3600.0
 MAX_SPOT_OVERHEAD = 10.0  # a spot run longer than 10× its work is reported as never finishing
 MAX_EXPONENT = 50.0  # λ·c above this: e^50 ≈ 5e21 restarts per chunk; refused before exp() overflows
 SIMULATED_INTERRUPTIONS = 200_000  # simulation budget over all runs; beyond it, the normal approximation
@@ -41,9 +40,7 @@ class SpotNeverFinishes(GpuscoutError):
     """Spot interruptions come so often, against the checkpoint interval, that the job never finishes."""
 
 
-class SpotOutcome(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class SpotOutcome(Frozen):
     billed_s: float
     running_s: float
     interruptions: float

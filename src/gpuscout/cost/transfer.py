@@ -20,10 +20,12 @@ from datetime import date
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.offers import Offer
+from gpuscout.redact import redact_url
 from gpuscout.userfile import shown
 
 GB = 10**9
@@ -40,10 +42,9 @@ REMOTE_GBPS = 1.0
 Route = Literal["same region", "inter-region", "other continent", "internet", "free"]
 
 
-class Egress(BaseModel):
+class Egress(Frozen):
     """A cloud's example egress prices, USD per GB, as read on a date."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     internet_usd_per_gb: float
     inter_region_usd_per_gb: float
@@ -85,10 +86,10 @@ _CONTINENT = {"us": "na", "ca": "na", "mx": "na", "northamerica": "na", "eu": "e
               "africa": "af", "australia": "oceania"}
 
 
-class DataSource(BaseModel):
+class DataSource(Frozen):
     """Where the job's dataset lives and how big it is (what the user said; nothing is fetched)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     dataset_gb: float = Field(gt=0, le=10**7)  # 10 PB
     cloud: str | None = None  # aws, gcp, azure … (None: unknown)
@@ -109,10 +110,9 @@ class DataSource(BaseModel):
         return f"{self.cloud}:{self.region}" if self.region else str(self.cloud)
 
 
-class Transfer(BaseModel):
+class Transfer(Frozen):
     """Moving the dataset to one offer's machine."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     gb: float
     route: Route
@@ -139,8 +139,8 @@ def data_source(*, dataset_gb: float | None, region: str | None = None, url: str
                         "Pass one of them.")
     cloud, where = _url_place(url) if url is not None else _region_place(region) if region is not None \
         else (None, None)
-    try:
-        return DataSource(dataset_gb=dataset_gb, cloud=cloud, region=where, url=url,
+    try:  # only the host places the data: the URL is kept, shown and stored without its credentials
+        return DataSource(dataset_gb=dataset_gb, cloud=cloud, region=where, url=redact_url(url) if url else None,
                           egress_usd_per_gb=egress_usd_per_gb, gbps=gbps)
     except ValidationError as exc:
         first = exc.errors()[0]
@@ -171,7 +171,7 @@ def _url_place(url: str | None) -> tuple[str | None, str | None]:
     parts = urlsplit(url or "")
     host = (parts.hostname or "").lower()
     if parts.scheme not in ("http", "https", "s3", "gs", "az") or (not host and parts.scheme in ("http", "https")):
-        raise SpecError(f"--dataset-url {shown(url)} is not a URL gpuscout can place.",
+        raise SpecError(f"--dataset-url {shown(redact_url(url or ''))} is not a URL gpuscout can place.",
                         "It reads the host of an http(s) URL, or an s3://, gs:// or az:// bucket.",
                         "Pass e.g. https://bucket.s3.us-east-1.amazonaws.com/data or s3://bucket/data.")
     if parts.scheme == "s3" or host.endswith("amazonaws.com"):

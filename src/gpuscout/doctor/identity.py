@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.doctor.inventory import GpuInventory, Inventory
 from gpuscout.doctor.plan import RankReport
 from gpuscout.doctor.verdict import finding, info
 from gpuscout.errors import UnknownNameError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.bands import variant_named, variants_of
 from gpuscout.hardware.catalog import Gpu, find_gpu, lookup_gpu
 from gpuscout.hardware.offers import Offer
@@ -28,10 +27,9 @@ from gpuscout.results.schema import DoctorFinding, DoctorStatus, Scalar
 MEMORY_SHARE_MIN = 0.90
 
 
-class Expected(BaseModel):
+class Expected(Frozen):
     """What the box is held against: an offer's GPU, count, vCPUs and RAM, or a GPU named by hand."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     source: str = ""  # "offer X in F", "--gpu NAME", "" (nothing given)
     offer_id: str | None = None

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from gpuscout.frozen import Frozen
 from gpuscout.results.schema import Case
 
 CPU_MATMUL_N = {"fp32": 512, "bf16": 512, "fp16": 256}  # as the bench probe (measure/probes.py)
@@ -23,9 +24,7 @@ CPU_MATMUL_N = {"fp32": 512, "bf16": 512, "fp16": 256}  # as the bench probe (me
 GPU_MATMUL_N = (2048, 4096, 8192)
 
 
-class DoctorPlan(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class DoctorPlan(Frozen):
     device: str  # "cuda" or "cpu"
     out_dir: str
     dtypes: tuple[str, ...]
@@ -47,20 +46,17 @@ class DoctorPlan(BaseModel):
     collective_timeout_s: float = Field(300.0, gt=0)
 
 
-class Phase(BaseModel):
+class Phase(Frozen):
     """One check as a worker ran it, on the machine-wide monotonic clock (the parent slices its
     NVML samples with these)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     start: float
     end: float
 
 
-class RankReport(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class RankReport(Frozen):
     rank: int
     world: int
     pid: int

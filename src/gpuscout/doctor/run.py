@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gpuscout.doctor.findings import Evidence, all_findings
 from gpuscout.doctor.host import granted_cores, granted_ram_bytes, startup_case
@@ -35,6 +35,7 @@ from gpuscout.doctor.launch import WorkerRun, phase_readings, run_workers
 from gpuscout.doctor.plan import DoctorPlan, RankReport, doctor_plan
 from gpuscout.doctor.verdict import decide
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import available_dtypes
 from gpuscout.host import usable_cores
 from gpuscout.measure.fingerprint import collect_fingerprint
@@ -56,9 +57,7 @@ BANDS_NOTE = ("doctor: expected bands from gpuscout/hardware/expected_bands.toml
               "(docs/doctor.md §3)")
 
 
-class DoctorOptions(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class DoctorOptions(Frozen):
     device: str = "auto"
     nproc: int | None = Field(None, ge=1)
     quick: bool = False

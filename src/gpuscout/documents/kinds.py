@@ -8,10 +8,11 @@ from gpuscout.cost.load_cost import LoadCost
 from gpuscout.cost.measured import MeasuredCost
 from gpuscout.cost.pick import PickResult
 from gpuscout.estimator.screen import Screening
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import USD, DisplayCurrency
 from gpuscout.results.beside import EstimateBeside
 from gpuscout.results.compare import Comparison
-from gpuscout.results.schema import BenchResult, Frozen
+from gpuscout.results.schema import BenchResult
 from gpuscout.results.verdict import Verdict
 from gpuscout.workload.job import Slo
 

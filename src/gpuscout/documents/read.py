@@ -41,7 +41,7 @@ from gpuscout.results.entries import describe
 from gpuscout.results.schema import BenchResult
 from gpuscout.results.store import parse_result
 from gpuscout.results.verdict import Verdict
-from gpuscout.userfile import MAX_RESULT_BYTES, printable, read_user_json
+from gpuscout.userfile import MAX_RESULT_BYTES, first_invalid_field, printable, read_user_json
 from gpuscout.workload.job import Slo
 
 # Kinds with a view of their own (distributions, sweeps); any other kind is drawn as checks.
@@ -209,9 +209,7 @@ def _valid(model: type[Model], data: Any, label: str, part: str) -> Model:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(printable(str(p), 40) for p in (part, *first["loc"]))
-        raise SpecError(f"{label} is not a valid gpuscout output: {where}: {printable(first['msg'])}.",
+        raise SpecError(f"{label} is not a valid gpuscout output: {first_invalid_field(exc, part)}.",
                         "It does not match what this gpuscout writes: it was edited, damaged, or written by another "
                         "version.", "Re-run the command that wrote it with this gpuscout.") from None
 

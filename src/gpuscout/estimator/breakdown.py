@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from gpuscout.frozen import Frozen
 
 # Categories group terms for display and for comparison with a FakeTensor trace.
 Category = Literal[
@@ -12,19 +12,16 @@ Category = Literal[
 ]
 
 
-class MemoryTerm(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class MemoryTerm(Frozen):
     name: str
     category: Category
     bytes: int
     formula: str  # the formula with its numbers filled in, and the source it follows
 
 
-class MemoryBreakdown(BaseModel):
+class MemoryBreakdown(Frozen):
     """Peak memory on one GPU of the job, as a sum of terms (plus a phase rule, see `peak_bytes`)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     job_kind: Literal["finetune", "inference", "image", "video"]
     gpu_sku: str

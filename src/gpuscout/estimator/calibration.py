@@ -31,13 +31,15 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from gpuscout.errors import SpecError
 from gpuscout.estimator.efficiency import EFFICIENCY_KINDS, Efficiency, calibrated, default_efficiency
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu, lookup_gpu
+from gpuscout.results.schema import TPOT_S, TTFT_S
 from gpuscout.stats import t975
-from gpuscout.userfile import MIB, parse_user_toml, printable, read_user_text, shown
+from gpuscout.userfile import MIB, first_invalid_field, parse_user_toml, read_user_text, shown
 
 CALIBRATION_VERSION = 1
 MAX_CALIBRATION_BYTES = 4 * MIB  # ~10,000 observations; a real file holds tens
@@ -92,11 +94,7 @@ class Extracted:
 
 # ---------------------------------------------------------------- the fitted calibration -------
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class CalibrationEntry(_Frozen):
+class CalibrationEntry(Frozen):
     """The fit for one GPU and phase: time multiplier, spread, band, and where it came from."""
 
     gpu_sku: str = Field(min_length=1, max_length=255)
@@ -114,7 +112,7 @@ class CalibrationEntry(_Frozen):
     sources: tuple[str, ...] = ()
 
 
-class Calibration(_Frozen):
+class Calibration(Frozen):
     """Fitted entries and the observations they were fitted from (kept, so a later run can refit)."""
 
     version: int = CALIBRATION_VERSION
@@ -134,7 +132,7 @@ class Calibration(_Frozen):
         return tuple(dict.fromkeys(e.gpu_sku for e in self.entries))
 
 
-class ObservationRecord(_Frozen):
+class ObservationRecord(Frozen):
     """An `Observation` as the file keeps it."""
 
     gpu_sku: str = Field(min_length=1, max_length=255)
@@ -282,7 +280,7 @@ def _version_key(version: str) -> tuple[int, ...]:
 # ---------------------------------------------------------------- results → observations -------
 
 # Measured metric → efficiency kind, per result kind. The denoiser's kind is decided per model.
-_LLM_PAIRS = {"finetune": (("step_s", "training"),), "inference": (("ttft_s", "prefill"), ("tpot_s", "decode"))}
+_LLM_PAIRS = {"finetune": (("step_s", "training"),), "inference": ((TTFT_S, "prefill"), (TPOT_S, "decode"))}
 DENOISER_METRIC = "denoiser_step_s"
 
 
@@ -311,9 +309,7 @@ def load_calibration(path: Path) -> Calibration:
     try:
         calibration = Calibration.model_validate(body)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(printable(str(p), 40) for p in first["loc"])
-        raise SpecError(f"{path} is not a valid calibration file: {where}: {printable(first['msg'])}.",
+        raise SpecError(f"{path} is not a valid calibration file: {first_invalid_field(exc)}.",
                         f"{len(exc.errors())} field(s) do not match calibration version {CALIBRATION_VERSION}.",
                         _FIX) from None
     _check_kinds(path, calibration)

@@ -29,8 +29,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.estimator.breakdown import MemoryBreakdown, MemoryTerm, total_bytes
 from gpuscout.estimator.inference import (
     kv_cache_term,
@@ -39,6 +37,7 @@ from gpuscout.estimator.inference import (
     weight_terms,
     working_set_terms,
 )
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu, usable_memory_bytes
 from gpuscout.workload.colocated import ColocatedShape, labels, require_colocated, served_jobs
 from gpuscout.workload.job import InferenceJob
@@ -47,10 +46,9 @@ from gpuscout.workload.shape import ModelShape
 FRACTION_STEP = 1000  # proposed fractions in steps of 0.001: fine enough, short enough to type
 
 
-class ServedModel(BaseModel):
+class ServedModel(Frozen):
     """One engine of a co-served job on one GPU."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     label: str
     model: str  # the spec's model reference
@@ -63,10 +61,9 @@ class ServedModel(BaseModel):
     kv_bytes_per_sequence: int
 
 
-class Colocation(BaseModel):
+class Colocation(Frozen):
     """The co-served models on one GPU: the split of the GPU between engines and each one's limit."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     gpu_memory_utilization: float  # all engines together (the spec's value)
     fits: bool

@@ -15,9 +15,10 @@ from contextvars import ContextVar
 from importlib import resources
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu
 
 EfficiencyKind = Literal["training", "prefill", "decode", "image", "video"]
@@ -25,10 +26,9 @@ EfficiencyKind = Literal["training", "prefill", "decode", "image", "video"]
 EFFICIENCY_KINDS: tuple[EfficiencyKind, ...] = ("training", "prefill", "decode", "image", "video")
 
 
-class Efficiency(BaseModel):
+class Efficiency(Frozen):
     """Achieved fractions of peak, and the error band applied to job time."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     compute: float = Field(gt=0, le=1)  # fraction of the dense peak for the phase's dtype
     bandwidth: float = Field(gt=0, le=1)  # fraction of peak HBM/GDDR bandwidth

@@ -13,20 +13,18 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.estimator.breakdown import MemoryBreakdown
-from gpuscout.estimator.memory import Job, Model, estimate_memory
+from gpuscout.estimator.memory import estimate_memory
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.colocated import ColocatedShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
+from gpuscout.workload.model import Model
 
 GPU_COUNTS = (2, 4, 8, 16, 32, 64)
 
 
-class Suggestion(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Suggestion(Frozen):
     change: str  # what to do, in words
     spec_change: dict[str, Any]  # the same, as edits to the job spec
     saves_bytes: int
@@ -43,10 +41,9 @@ class Suggestion(BaseModel):
     slowdown_high: float = 1.0
 
 
-class Limits(BaseModel):
+class Limits(Frozen):
     """The largest value of each knob that still fits on one GPU (0: nothing fits, even at 1)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     values: dict[str, int]
 

@@ -22,8 +22,6 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.estimator.breakdown import total_bytes
 from gpuscout.estimator.image import weight_terms as image_weight_terms
 from gpuscout.estimator.inference import weight_terms as inference_weight_terms
@@ -37,15 +35,14 @@ from gpuscout.estimator.training import (
     trainable_params,
 )
 from gpuscout.estimator.video import component_bytes as video_component_bytes
+from gpuscout.frozen import Frozen
 from gpuscout.workload.colocated import ColocatedShape, served_jobs
 from gpuscout.workload.image import ImageModelShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
 from gpuscout.workload.jobtime import checkpoint_saves
+from gpuscout.workload.model import Model
 from gpuscout.workload.shape import ModelShape
 from gpuscout.workload.video import VideoModelShape
-
-Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
-Model = ModelShape | ImageModelShape | VideoModelShape
 
 GIB = 2**30
 GB = 10**9
@@ -83,10 +80,9 @@ FP32_BYTES = 4
 OFFLOAD_HOST_COPIES = 2
 
 
-class HostTerm(BaseModel):
+class HostTerm(Frozen):
     """One line of host RAM or disk, with the formula it used."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
     kind: Literal["ram", "disk"]
@@ -95,10 +91,9 @@ class HostTerm(BaseModel):
     output: bool = False  # what the job produces: shipped back where the data lives (docs/cost.md §2.14)
 
 
-class HostNeeds(BaseModel):
+class HostNeeds(Frozen):
     """Host RAM and disk of the whole job on one machine (all its GPU processes together)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     processes: int  # GPU processes on the machine (one per GPU used)
     workers_per_process: int  # DataLoader workers per GPU process (0 for serving and images)

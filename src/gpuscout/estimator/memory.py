@@ -11,12 +11,10 @@ from gpuscout.estimator.training import estimate_finetune_memory
 from gpuscout.estimator.video import estimate_video_memory
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.image import ImageModelShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
+from gpuscout.workload.model import Model
 from gpuscout.workload.shape import ModelShape
 from gpuscout.workload.video import VideoModelShape
-
-Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
-Model = ModelShape | ImageModelShape | VideoModelShape
 
 
 def estimate_memory(job: Job, model: Model, gpu: Gpu, *, gpus: int | None = None) -> MemoryBreakdown:

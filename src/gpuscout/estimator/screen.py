@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.errors import GpuscoutError
 from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.colocate import Colocation, colocation
@@ -18,16 +16,16 @@ from gpuscout.estimator.fit import (
     suggest_changes,
 )
 from gpuscout.estimator.host import HostNeeds, estimate_host
-from gpuscout.estimator.memory import Job, Model, estimate_memory
+from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.speed.estimate import SpeedEstimate, estimate_speed
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu
-from gpuscout.workload.job import InferenceJob
+from gpuscout.workload.job import InferenceJob, Job
+from gpuscout.workload.model import Model
 from gpuscout.workload.shape import ModelShape
 
 
-class GpuVerdict(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class GpuVerdict(Frozen):
     gpu_sku: str
     gpu_name: str
     breakdown: MemoryBreakdown
@@ -42,9 +40,7 @@ class GpuVerdict(BaseModel):
     colocation: Colocation | None = None  # co-served models: the split of the GPU, each model's limit
 
 
-class Screening(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Screening(Frozen):
     job_name: str
     job_kind: str
     model_name: str

@@ -15,8 +15,9 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import load_catalog
 
 # The lane rate NCCL models per PCIe generation (×100 Mbit/s, NVIDIA/nccl issue #1206): a band
@@ -24,10 +25,9 @@ from gpuscout.hardware.catalog import load_catalog
 PCIE_LANE_RATE = MappingProxyType({1: 15, 2: 30, 3: 60, 4: 120, 5: 240, 6: 480})
 
 
-class Band(BaseModel):
+class Band(Frozen):
     """One check's expected range on one SKU (or PCIe generation), from published measurements."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     check: str = Field(min_length=1)
     sku: str | None = None  # a catalog SKU or a variant's name
@@ -55,10 +55,9 @@ class Band(BaseModel):
         return None if self.floor else max(self.measurements)
 
 
-class Variant(BaseModel):
+class Variant(Frozen):
     """A SKU sold beside another under nearly the same name (a 4090 D beside the 4090)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     sku: str
     of: str  # the catalog SKU it is mistaken for
@@ -70,9 +69,7 @@ class Variant(BaseModel):
     sources: tuple[str, ...] = Field(min_length=1)
 
 
-class Bands(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Bands(Frozen):
     bands: tuple[Band, ...]
     variants: tuple[Variant, ...] = ()
     sources: Mapping[str, str]

@@ -17,9 +17,10 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
 from gpuscout.errors import GpuscoutError, SpecError, UnknownNameError
+from gpuscout.frozen import Frozen
 
 Vendor = Literal["nvidia", "amd"]
 Architecture = Literal["volta", "turing", "ampere", "ada", "hopper", "blackwell", "cdna3"]
@@ -31,14 +32,13 @@ _Name = Annotated[str, Field(min_length=1)]
 _META_FIELDS = frozenset({"sku", "name", "vendor", "aliases", "notes", "sources", "verify"})
 
 
-class Gpu(BaseModel):
+class Gpu(Frozen):
     """One GPU SKU as its vendor specifies it. SI units; tensor rates are dense peaks.
 
     A rate of None means the format is unsupported or the vendor publishes no figure; see
     `gpus.toml` for which, and `verify` for figures not yet confirmed against a vendor document.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     sku: str = Field(pattern=r"^[a-z0-9]+(-[a-z0-9]+)*$")
     name: _Name

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 
 # ISO 4217 codes gpuscout accepts. A closed list catches "USDT", "RMB" or "US$" before they
 # silently become a currency nobody can convert.
@@ -52,10 +53,10 @@ def check_currency(value: str) -> str:
     return code
 
 
-class ExchangeRate(BaseModel):
+class ExchangeRate(Frozen):
     """What one unit of `currency` was worth in USD on `observed_at` (e.g. CNY 0.14)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     currency: str
     usd_per_unit: Annotated[float, Field(gt=0)]
@@ -105,14 +106,14 @@ def to_usd(amount: float, currency: str, rates: Sequence[ExchangeRate]) -> float
     return amount * rate.usd_per_unit
 
 
-class DisplayCurrency(BaseModel):
+class DisplayCurrency(Frozen):
     """The currency a report shows its amounts in, and what one unit of it is worth in USD.
 
     Bills are computed in each offer's currency and ranked in USD; this is the last step, at the
     boundary, so a user in China reads yuan and a budget of 300 means 300 of them (docs/cost.md §3).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     code: str = "USD"
     usd_per_unit: Annotated[float, Field(gt=0)] = 1.0

@@ -15,9 +15,10 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from gpuscout.errors import UnknownNameError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.currency import check_currency
 
@@ -32,12 +33,12 @@ _Positive = Annotated[float, Field(gt=0)]
 _COUNT_IN_PRODUCT = re.compile(r"^\s*(\d+)\s*[x×]\s", re.IGNORECASE)
 
 
-class _Frozen(BaseModel):
+class _Finite(Frozen):
     # allow_inf_nan=False: an infinite or NaN price would poison every total it touches.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
 
-class StorageItem(_Frozen):
+class StorageItem(_Finite):
     """A disk, volume or bucket billed per GB-month (docs/cost.md §2.6–§2.8), in the offer's currency."""
 
     name: str = Field(min_length=1)
@@ -51,14 +52,14 @@ class StorageItem(_Frozen):
     hours_per_month: float = Field(default=730.0, ge=672.0, le=744.0)
 
 
-class EgressTier(_Frozen):
+class EgressTier(_Finite):
     """One band of tiered internet egress: GB up to `up_to_gb` (cumulative) cost `price_per_gb`."""
 
     up_to_gb: _Positive | None = None  # None (omitted in TOML) = unbounded; only the last tier
     price_per_gb: _NonNegative
 
 
-class Offer(_Frozen):
+class Offer(_Finite):
     """One rentable configuration at one price, with the billing rules needed to price a whole job."""
 
     # Names are at most 255 characters (docs/design.md §4.10): they end up in file names and tables.

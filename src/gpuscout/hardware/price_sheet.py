@@ -16,18 +16,18 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import ValidationError, model_validator
 
 from gpuscout.errors import SpecError, UnknownNameError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import ExchangeRate
 from gpuscout.hardware.offers import Offer
 from gpuscout.userfile import MAX_SHEET_BYTES, printable, read_user_toml, shown
 
 
-class PriceSheet(BaseModel):
+class PriceSheet(Frozen):
     """The offers read from one price sheet, plus any exchange rates it gives."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     path: str
     offers: tuple[Offer, ...]

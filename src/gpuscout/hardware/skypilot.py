@@ -35,9 +35,10 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import lookup_gpu
 from gpuscout.hardware.offers import Offer
 from gpuscout.units import GB, GIB
@@ -81,20 +82,18 @@ _MAX_GPU_INFO = 10_000
 _MAX_GPUS = 1024  # Offer.gpu_count's bound
 
 
-class SkippedRow(BaseModel):
+class SkippedRow(Frozen):
     """A catalog row that did not become an offer, and why."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     line: int
     accelerator: str
     reason: str
 
 
-class SkypilotImport(BaseModel):
+class SkypilotImport(Frozen):
     """What an import produced: the offers, and every row it skipped with the reason."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     path: str
     cloud: str

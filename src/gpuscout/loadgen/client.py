@@ -36,7 +36,7 @@ import os
 import ssl
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,6 +44,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from gpuscout.errors import SpecError
 from gpuscout.loadgen import monitor
+from gpuscout.loadgen.context import Progress, RunContext, WorkerPart
+from gpuscout.loadgen.conversation import run_sessions
 from gpuscout.loadgen.exchange import (
     CANCELLED_AT_DEADLINE,
     INTERRUPTED,
@@ -65,15 +67,14 @@ from gpuscout.loadgen.record import (
     build_records,
     token_counter,
 )
-from gpuscout.loadgen.redact import redact_url, url_secrets
 from gpuscout.loadgen.request import Bodies
 from gpuscout.loadgen.schedule import LoadShape, planned_requests, send_offsets
-from gpuscout.loadgen.wire import Pool, Target
+from gpuscout.loadgen.wire import Pool, Target, http_url
+from gpuscout.redact import redact_url, url_secrets
 
 __all__ = ["CANCELLED_AT_DEADLINE", "MAX_ERROR_BODY_BYTES", "Endpoint", "LoadInterrupted", "LoadRun",
            "RequestRecord", "default_timeout_s", "endpoint_url", "max_body_bytes", "run_load", "run_load_sync"]
 
-Progress = Callable[[int, int], None]
 PATHS = {"chat": "/chat/completions", "completions": "/completions", "images": "/images/generations"}
 SPIN_S = 0.0015  # sleep to this close to a deadline, then yield-spin: the loop's timer rounds to 1 ms
 STOPPED_OVERSATURATED = "stopped_oversaturated"
@@ -98,20 +99,6 @@ class WorkloadLike(Protocol):
     def tokenizer(self) -> str | None: ...
 
 
-@dataclass(frozen=True)
-class WorkerPart:
-    """One process's part of a level run by `--workers N` (`workers`): every process keeps the same
-    absolute schedule from one t0, process `share` sends the requests i with i % of == share (open
-    loop) or takes the next index from the shared `counter` (closed loop)."""
-
-    share: int
-    of: int
-    ready: Callable[[], float]  # says this process is warmed up; returns t0 (perf_counter) once all are
-    next_index: Callable[[], int] | None = None  # closed loop: the next global request index
-    warmup_first: int = 0  # the global number of this process's first warm-up request
-    warmup_total: int = 0  # warm-up requests of all processes (measured request i sends prompt warmup_total + i)
-
-
 def endpoint_url(url: str, endpoint: Endpoint) -> str:
     """Base URL, …/v1, or a full …/chat/completions URL → the request URL as shown and stored: no
     user-info, secret query values as *** (`redact`). `request_url` is what is sent."""
@@ -119,48 +106,13 @@ def endpoint_url(url: str, endpoint: Endpoint) -> str:
 
 
 def request_url(url: str, endpoint: Endpoint) -> str:
-    """The URL requests go to: scheme, host, port, path to the endpoint, query kept; user-info dropped."""
-    fix = "Pass the server's base URL, e.g. http://127.0.0.1:8000 or https://host/v1."
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port
-    except ValueError:
-        raise SpecError(f"{redact_url(url)!r} is not a valid URL.",
-                        "A port must be a number from 0 to 65535, and a host in [brackets] an IPv6 address.",
-                        fix) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SpecError(f"{redact_url(url)!r} is not an http(s) URL.",
-                        "gpuscout load sends OpenAI-compatible requests over HTTP.", fix)
-    if any(c in url for c in "\r\n\t ") or any(c in parts.hostname for c in "\r\n\t "):
-        raise SpecError(f"{redact_url(url)!r} has a space or a control character in it.",
-                        "It would end up in the request line and headers.", fix)
-    netloc = parts.hostname if port is None else f"{parts.hostname}:{port}"
-    if ":" in parts.hostname:
-        netloc = f"[{parts.hostname}]" + ("" if port is None else f":{port}")
+    """The URL requests go to: scheme, host, port, path to the endpoint, query kept; user-info dropped
+    (`wire.http_url`: ASCII on the wire)."""
+    parts = urlsplit(http_url(url, "Pass the server's base URL, e.g. http://127.0.0.1:8000 or https://host/v1."))
     path = parts.path.rstrip("/")
     if not path.endswith(tuple(PATHS.values())):
         path = (path if path.endswith("/v1") else path + "/v1") + PATHS[endpoint]
-    return urlunsplit((parts.scheme, netloc, path, parts.query, ""))
-
-
-@dataclass(slots=True)
-class _Context:
-    wire: Wire
-    shown_url: str  # stored and printed: redacted
-    bodies: Bodies
-    prompts: Sequence[PromptLike]
-    notes: list[str] = field(default_factory=list)
-    done: int = 0
-    total: int = 0
-    progress: Progress | None = None
-    lives: list[Live] = field(default_factory=list)  # every request started, warm-up first
-    t0: float | None = None  # perf_counter at the start of the measured phase
-    cpu0: float = 0.0
-    thread0: float = 0.0  # the loop thread's CPU time at t0
-    wait0: float | None = None  # its run-queue wait at t0 (None where the kernel does not say)
-    thread1: float | None = None  # the loop thread's CPU time when the measured phase ended
-    wait1: float | None = None  # its run-queue wait then
-    watch: monitor.Watch | None = None
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, ""))
 
 
 @dataclass(slots=True)
@@ -173,7 +125,7 @@ class _RunInfo:
     endpoint: Endpoint
     stream: bool
     tokenizer: str | None
-    ctx: _Context | None = None
+    ctx: RunContext | None = None
 
 
 async def run_load(url: str, model: str, workload: WorkloadLike, shape: LoadShape, *, endpoint: Endpoint = "chat",
@@ -197,12 +149,12 @@ async def run_load(url: str, model: str, workload: WorkloadLike, shape: LoadShap
     info = _RunInfo(shape, datetime.now(UTC), model, endpoint, stream, workload.tokenizer)
     if _info is not None:
         _info.append(info)
-    secrets = tuple(s for s in ((key or ""), *url_secrets(url)) if s)
+    secrets = tuple(s for s in ((key or ""), *url_secrets(url), *url_secrets(metrics_url or "")) if s)
     pool = Pool(Target.parse(target), min(timeout, CONNECT_TIMEOUT_S),
                 ssl.create_default_context() if target.startswith("https") else None)
     wire = Wire(pool, headers, endpoint == "chat", stream, endpoint == "images", timeout, secrets)
     bodies = Bodies(pool.target, headers, model, endpoint, stream, workload.prompts, dict(extra_body or {}))
-    ctx = _Context(wire, redact_url(target), bodies, workload.prompts, progress=progress)
+    ctx = RunContext(wire, redact_url(target), bodies, workload.prompts, progress=progress)
     info.ctx = ctx
     if "@" in urlsplit(url.strip()).netloc:
         ctx.notes.append("the URL's user:password@ was not sent; the API key goes as a Bearer token (--api-key-env)")
@@ -267,7 +219,7 @@ def _finished_run(info: _RunInfo) -> LoadRun | None:
     return run.model_copy(update={"notes": (*run.notes, note)})
 
 
-def _build_run(info: _RunInfo, ctx: _Context, lives: list[Live], cpu_s: float) -> LoadRun:
+def _build_run(info: _RunInfo, ctx: RunContext, lives: list[Live], cpu_s: float) -> LoadRun:
     t0 = ctx.t0 if ctx.t0 is not None else time.perf_counter()
     records = build_records(lives, t0, token_counter(info.tokenizer), ctx.prompts)
     measured = [r for r in records if not r.warmup]
@@ -297,14 +249,14 @@ def _ended(stamp: float | None, clock: Callable[[], float]) -> float:
     return clock() if stamp is None else stamp
 
 
-def _waited(ctx: _Context) -> tuple[float, ...]:
+def _waited(ctx: RunContext) -> tuple[float, ...]:
     now = ctx.wait1 if ctx.wait1 is not None else run_queue_wait_s()
     if ctx.t0 is None or ctx.wait0 is None or now is None:
         return ()
     return (max(0.0, now - ctx.wait0),)
 
 
-async def _phases(ctx: _Context, shape: LoadShape, workload: WorkloadLike, metrics_url: str | None,
+async def _phases(ctx: RunContext, shape: LoadShape, workload: WorkloadLike, metrics_url: str | None,
                   part: WorkerPart | None) -> None:
     """Warm-up (closed loop, excluded from statistics), then the measured phase from t0."""
     n_prompts = len(ctx.prompts)
@@ -316,7 +268,7 @@ async def _phases(ctx: _Context, shape: LoadShape, workload: WorkloadLike, metri
     ctx.total = planned if shape.requests is not None or shape.rate_rps is not None else 0
     open_loop = shape.kind not in ("concurrency", "sessions")
     ctx.watch = monitor.Watch(metrics_url, ctx.wire.headers, ctx.wire.secrets, watch_saturation=open_loop,
-                              lives=ctx.lives)
+                              lives=ctx.lives, endpoint=ctx.wire.pool.target)
     await ctx.watch.before()
     if part is not None:
         ready = asyncio.get_running_loop().run_in_executor(None, part.ready)
@@ -336,7 +288,7 @@ async def _phases(ctx: _Context, shape: LoadShape, workload: WorkloadLike, metri
         await ctx.watch.stop()
 
 
-async def _measured(ctx: _Context, shape: LoadShape, workload: WorkloadLike, planned: int,
+async def _measured(ctx: RunContext, shape: LoadShape, workload: WorkloadLike, planned: int,
                     part: WorkerPart | None) -> None:
     assert ctx.t0 is not None
     t0, n_prompts = ctx.t0, len(ctx.prompts)
@@ -345,8 +297,6 @@ async def _measured(ctx: _Context, shape: LoadShape, workload: WorkloadLike, pla
         offset = 0  # request i replays trace line i
     deadline = shape.duration_s and t0 + shape.duration_s
     if shape.kind == "sessions":
-        from gpuscout.loadgen.conversation import run_sessions
-
         assert shape.concurrency is not None
         await run_sessions(ctx, workload, shape, planned, deadline, _send, _finish, part)
         return
@@ -369,11 +319,11 @@ def _shared(next_index: Callable[[], int], planned: int) -> Iterator[int]:
         yield i
 
 
-def stopping(ctx: _Context) -> bool:
+def stopping(ctx: RunContext) -> bool:
     return ctx.watch is not None and ctx.watch.stopped is not None
 
 
-async def _closed_loop(ctx: _Context, todo: Iterator[Live], width: int, deadline: float | None) -> None:
+async def _closed_loop(ctx: RunContext, todo: Iterator[Live], width: int, deadline: float | None) -> None:
     """`width` workers; each sends its next request the moment its previous one ends."""
     lives = ctx.lives
 
@@ -389,7 +339,7 @@ async def _closed_loop(ctx: _Context, todo: Iterator[Live], width: int, deadline
     await _finish(ctx, [asyncio.create_task(worker()) for _ in range(width)], deadline)
 
 
-async def _open_loop(ctx: _Context, offsets: list[tuple[int, float]], t0: float, duration_s: float | None,
+async def _open_loop(ctx: RunContext, offsets: list[tuple[int, float]], t0: float, duration_s: float | None,
                      offset: int) -> None:
     """Send request i at t0 + its offset, absolutely: a late send never moves the next one."""
     tasks = []
@@ -415,7 +365,7 @@ async def _open_loop(ctx: _Context, offsets: list[tuple[int, float]], t0: float,
     await _finish(ctx, tasks, None if duration_s is None else t0 + duration_s)
 
 
-async def _finish(ctx: _Context, tasks: list[asyncio.Task[None]], deadline: float | None) -> None:
+async def _finish(ctx: RunContext, tasks: list[asyncio.Task[None]], deadline: float | None) -> None:
     """Wait for `tasks`; at `deadline`, or when the watch stops the level, cancel those still running."""
     if not tasks:
         return
@@ -451,14 +401,14 @@ async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
 
 
-def _begin(ctx: _Context, live: Live) -> Started | None:
+def _begin(ctx: RunContext, live: Live) -> Started | None:
     """Write the request now if a kept-alive connection is idle (`exchange.begin`)."""
     bodies = ctx.bodies
     live.pinned = bodies.extras_on and bodies.pins
     return begin(ctx.wire, live, bodies.request(live, live.pinned), ctx.prompts[live.prompt].output_tokens)
 
 
-async def _send(ctx: _Context, live: Live, started: Started | None = None) -> None:
+async def _send(ctx: RunContext, live: Live, started: Started | None = None) -> None:
     """One request; a 400 while the pinning extras are on turns them off and retries once."""
     bodies = ctx.bodies
     max_tokens = ctx.prompts[live.prompt].output_tokens

@@ -16,20 +16,18 @@ import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuscout.errors import SpecError
+from gpuscout.loadgen.context import RunContext, WorkerPart
 from gpuscout.loadgen.exchange import Live
 from gpuscout.loadgen.schedule import LoadShape
-
-if TYPE_CHECKING:
-    from gpuscout.loadgen.client import WorkerPart, _Context
 
 Send = Callable[[Any, Live], Awaitable[None]]
 Finish = Callable[[Any, list["asyncio.Task[None]"], float | None], Awaitable[None]]
 
 
-async def run_sessions(ctx: _Context, workload: Any, shape: LoadShape, planned: int, deadline: float | None,
+async def run_sessions(ctx: RunContext, workload: Any, shape: LoadShape, planned: int, deadline: float | None,
                        send: Send, finish: Finish, part: WorkerPart | None) -> None:
     """`shape.concurrency` users through the workload's conversations until `planned` turns were sent."""
     conversations: tuple[tuple[int, ...], ...] = getattr(workload, "conversations", ())
@@ -53,7 +51,7 @@ async def run_sessions(ctx: _Context, workload: Any, shape: LoadShape, planned: 
     await finish(ctx, [asyncio.create_task(user()) for _ in range(shape.concurrency or 1)], deadline)
 
 
-async def _conversation(ctx: _Context, turns: tuple[int, ...], session: int, think_s: float, planned: int,
+async def _conversation(ctx: RunContext, turns: tuple[int, ...], session: int, think_s: float, planned: int,
                         deadline: float | None, next_index: Callable[[], int], send: Send) -> bool:
     """One conversation; False when the level is done (its turns or its time ran out)."""
     history: list[dict[str, str]] = []

@@ -22,14 +22,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuscout.loadgen.counts import ABSURD_PER_MAX_TOKENS
-from gpuscout.loadgen.redact import scrub
 from gpuscout.loadgen.sse import LineSplitter, OversizeLineError, parse_object, parse_read
 from gpuscout.loadgen.wire import Connection, Pool, StopReading, WireError
+from gpuscout.redact import scrub
 
 ERROR_BODY_S = 5.0  # an HTTP error's body gets this long to arrive; the status is the measurement
 SWEEP_S = 0.1  # how often requests in flight are checked against their timeout (`sweep`)
 BODY_BASE_BYTES = 4 << 20
 BODY_PER_TOKEN_BYTES = 16 << 10
+IMAGES_ASKED = 1  # images per request ("n"): an answer holding more is not the one asked for
 IMAGE_BODY_BYTES = 64 << 20  # one generated image as base64 JSON: a 2048² PNG is ~8 MiB, ×4/3 in base64
 MAX_ERROR_BODY_BYTES = 64 << 10
 CANCELLED_AT_DEADLINE = "cancelled_at_deadline"
@@ -227,6 +228,9 @@ class PlainSink(_Sink):
             self.live.error = f"stream_error: {scrub_text(str(obj['error'])[:200], self.secrets)}"
         elif not made:
             self.live.error = "empty: the response holds no image (no data[].b64_json or url)"
+        elif len(made) > IMAGES_ASKED:  # counted as asked, a server could report any throughput it liked
+            self.live.error = (f"malformed_response: the response holds {len(made):,} images where n={IMAGES_ASKED} "
+                               "was asked; its count cannot be trusted")
         else:
             self.live.images = len(made)
             self.live.chunks.append(self.last or time.perf_counter())

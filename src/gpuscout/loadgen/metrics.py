@@ -24,7 +24,7 @@ from collections import Counter
 from gpuscout.loadgen import detail
 from gpuscout.loadgen.client import CANCELLED_AT_DEADLINE, STOPPED_OVERSATURATED, LoadRun, RequestRecord
 from gpuscout.loadgen.counts import short_output
-from gpuscout.results.schema import Case, Metric
+from gpuscout.results.schema import E2E_FROM_INTENDED_S, E2E_S, TPOT_S, TTFT_FROM_INTENDED_S, TTFT_S, Case, Metric
 from gpuscout.stats import percentile
 from gpuscout.workload.job import Slo
 
@@ -41,7 +41,7 @@ MAX_ERROR_RATE = 0.01
 SATURATED_CPU_FRACTION = 0.9  # of one core (or of the run ready to run), per client process
 SATURATED_LOOP_LAG_S = 0.002  # P95 lateness of a 10 ms timer beyond which the loop is queueing callbacks
 # An image generation answers with one body: no first token, no tokens (its e2e is the latency).
-TOKEN_ONLY = frozenset({"ttft_s", "ttft_from_intended_s", "tpot_s", "chunk_gap_s", "tokens_per_chunk",
+TOKEN_ONLY = frozenset({TTFT_S, TTFT_FROM_INTENDED_S, TPOT_S, "chunk_gap_s", "tokens_per_chunk",
                         "output_tokens_per_s", "goodput_output_tokens_per_s", "ttft_s_p50_bound", "ttft_s_p95_bound",
                         "ttft_s_p99_bound", "tpot_s_p50_bound", "tpot_s_p95_bound", "tpot_s_p99_bound"})
 
@@ -70,21 +70,21 @@ def summarize_load(run: LoadRun, *, slo: Slo | None, percentile_needed: float = 
     counted = [r for r in measured if not cancelled(r)]
     duration = run.wall_s if run.wall_s > 0 else math.nan
     n_out = [output_tokens(r) for r in ok]
-    latencies = {"ttft_s": [r.chunk_s[0] - r.sent_s for r in ok], "e2e_s": [r.chunk_s[-1] - r.sent_s for r in ok],
-                 "tpot_s": [(r.chunk_s[-1] - r.chunk_s[0]) / (n - 1) for r, n in zip(ok, n_out, strict=True) if n > 1]}
+    latencies = {TTFT_S: [r.chunk_s[0] - r.sent_s for r in ok], E2E_S: [r.chunk_s[-1] - r.sent_s for r in ok],
+                 TPOT_S: [(r.chunk_s[-1] - r.chunk_s[0]) / (n - 1) for r, n in zip(ok, n_out, strict=True) if n > 1]}
     if run.endpoint == "images":  # one body per answer: its e2e is the only latency
-        latencies = {"e2e_s": latencies["e2e_s"]}
+        latencies = {E2E_S: latencies[E2E_S]}
     bounds, bound_notes = detail.percentile_bounds(latencies)
     sources, source_notes = detail.token_sources(ok) if run.endpoint != "images" else ([], [])
     cpu_fraction = client_cpu_fraction(run)
     metrics = [
-        detail.metric("ttft_s", "s", [r.chunk_s[0] - r.sent_s for r in ok], "first content chunk − send"),
-        detail.metric("e2e_s", "s", [r.chunk_s[-1] - r.sent_s for r in ok], "last content chunk − send"),
-        detail.metric("ttft_from_intended_s", "s", [r.chunk_s[0] - r.intended_s for r in ok],
+        detail.metric(TTFT_S, "s", [r.chunk_s[0] - r.sent_s for r in ok], "first content chunk − send"),
+        detail.metric(E2E_S, "s", [r.chunk_s[-1] - r.sent_s for r in ok], "last content chunk − send"),
+        detail.metric(TTFT_FROM_INTENDED_S, "s", [r.chunk_s[0] - r.intended_s for r in ok],
                 "first content chunk − intended send (coordinated omission)"),
-        detail.metric("e2e_from_intended_s", "s", [r.chunk_s[-1] - r.intended_s for r in ok],
+        detail.metric(E2E_FROM_INTENDED_S, "s", [r.chunk_s[-1] - r.intended_s for r in ok],
                 "last content chunk − intended send (coordinated omission)"),
-        detail.metric("tpot_s", "s", [(r.chunk_s[-1] - r.chunk_s[0]) / (n - 1) for r, n in zip(ok, n_out, strict=True)
+        detail.metric(TPOT_S, "s", [(r.chunk_s[-1] - r.chunk_s[0]) / (n - 1) for r, n in zip(ok, n_out, strict=True)
                                 if n > 1], "(e2e − ttft) / (output_tokens − 1), first token excluded"),
         detail.metric("chunk_gap_s", "s", [b - a for r in ok for a, b in zip(r.chunk_s, r.chunk_s[1:], strict=False)],
                 "every gap between consecutive content chunks, pooled"),

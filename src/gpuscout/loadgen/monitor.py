@@ -8,6 +8,8 @@
   the level, its in-flight requests cancelled as `stopped_oversaturated`, and the reason recorded.
 * Server metrics: with a /metrics URL, one scrape before t0, one every `SCRAPE_S` during the level,
   one after it (`server_metrics`). A page that cannot be read is noted once and no longer asked for.
+  The API key goes with the scrapes only when /metrics is on the endpoint's own host and port
+  (`same_origin`): a key is sent only where it was given for.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ import time
 from gpuscout.loadgen import steady
 from gpuscout.loadgen.exchange import Live, PlainSink, scrub_text
 from gpuscout.loadgen.record import ServerSample
-from gpuscout.loadgen.server_metrics import MAX_METRICS_BYTES, parse_prometheus, read_server
-from gpuscout.loadgen.wire import Pool, StopReading, Target, WireError
+from gpuscout.loadgen.server_metrics import MAX_METRICS_BYTES, MetricOutOfRange, parse_prometheus, read_server
+from gpuscout.loadgen.wire import Pool, StopReading, Target, WireError, http_url
 
 LAG_TICK_S = 0.010
 CHECK_S = 0.5
@@ -29,12 +31,22 @@ SCRAPE_TIMEOUT_S = 5.0
 MAX_LAG_SAMPLES = 100_000  # 1000 s of ticks; later ones are not kept
 
 
+def same_origin(a: Target, b: Target) -> bool:
+    """One server: the same scheme, host and port (the web's origin, RFC 6454)."""
+    return (a.tls, a.host.lower(), a.port) == (b.tls, b.host.lower(), b.port)
+
+
 class Watch:
     """The monitors of one level; `stopped` says why it was stopped early, `notes` what went wrong."""
 
     def __init__(self, metrics_url: str | None, headers: dict[str, str], secrets: tuple[str, ...], *,
-                 watch_saturation: bool, lives: list[Live]) -> None:
-        self.metrics_url, self.headers, self.secrets = metrics_url, headers, secrets
+                 watch_saturation: bool, lives: list[Live], endpoint: Target | None = None) -> None:
+        self.metrics_url, self.secrets = metrics_url, secrets
+        target = Target.parse(http_url(metrics_url, "Pass the server's /metrics URL, e.g. http://127.0.0.1:8000/metrics"))\
+            if metrics_url else None
+        self.headers = {k: v for k, v in headers.items() if k != "content-type"} | {"accept": "text/plain"}
+        if target is None or endpoint is None or not same_origin(target, endpoint):
+            self.headers.pop("authorization", None)
         self.watching = watch_saturation
         self.lives = lives
         self.loop_lag_s: list[float] = []
@@ -47,7 +59,7 @@ class Watch:
         self.samples: list[tuple[float, dict[str, float]]] = []  # (perf_counter, values)
         self.tasks: list[asyncio.Task[None]] = []
         self.t0 = 0.0
-        self.pool = Pool(Target.parse(metrics_url), SCRAPE_TIMEOUT_S) if metrics_url else None
+        self.pool = Pool(target, SCRAPE_TIMEOUT_S) if target is not None else None
 
     async def before(self) -> None:
         await self.scrape()
@@ -123,8 +135,7 @@ class Watch:
         live = Live(0, 0, True, 0.0)
         sink = PlainSink(live, self.secrets, False, 0, False)
         sink.cap = MAX_METRICS_BYTES
-        headers = {k: v for k, v in self.headers.items() if k != "content-type"} | {"accept": "text/plain"}
-        request = self.pool.target.request("GET", headers)
+        request = self.pool.target.request("GET", self.headers)
         conn = None
         try:
             async with asyncio.timeout(SCRAPE_TIMEOUT_S):
@@ -142,12 +153,17 @@ class Watch:
 
     def _keep(self, live: Live, body: bytes) -> None:
         if live.error is None and live.status == 200:
-            engine, values = read_server(parse_prometheus(body.decode("utf-8", "replace")))
-            if values:
-                self.engine = self.engine or engine
-                self.samples.append((time.perf_counter(), values))
-                return
-            live.error = "no metric gpuscout reads (vLLM, SGLang, TGI or llama.cpp names) on the page"
+            try:
+                engine, values = read_server(parse_prometheus(body.decode("utf-8", "replace")))
+            except MetricOutOfRange as exc:  # one impossible value: none of its pages are trusted
+                self.samples.clear()
+                live.error = f"{scrub_text(exc, self.secrets)}; none of its pages are kept"
+            else:
+                if values:
+                    self.engine = self.engine or engine
+                    self.samples.append((time.perf_counter(), values))
+                    return
+                live.error = "no metric gpuscout reads (vLLM, SGLang, TGI or llama.cpp names) on the page"
         self.notes.append(f"server metrics not read from {scrub_text(self.metrics_url, self.secrets)}: "
                           f"{live.error or f'HTTP {live.status}'}; no further scrapes")
         if self.pool is not None:

@@ -7,12 +7,14 @@ so the run itself never starts on a plan that cannot work.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.loadgen.client import MAX_TIMEOUT_S, Endpoint, default_timeout_s, endpoint_url
 from gpuscout.loadgen.schedule import (
     MAX_CONCURRENCY,
@@ -21,6 +23,7 @@ from gpuscout.loadgen.schedule import (
     ShapeKind,
     check_schedule_size,
 )
+from gpuscout.loadgen.workload import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS, MAX_WORKLOAD_TOKENS
 from gpuscout.results.schema import BillingType
 from gpuscout.workload.job import Slo
 
@@ -29,10 +32,10 @@ PromptDistribution = Literal["fixed", "uniform", "normal"]
 DEFAULT_REQUESTS = 100  # measured requests per level when neither a count nor a duration is given
 
 
-class LoadPlan(BaseModel):
+class LoadPlan(Frozen):
     """One load test: the endpoint, the traffic, the prompts, and what to measure."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
     url: str
     model: str = Field(min_length=1)
@@ -45,10 +48,10 @@ class LoadPlan(BaseModel):
     requests: int | None = Field(None, gt=0, le=MAX_REQUESTS_PER_LEVEL)  # measured requests per level
     duration_s: float | None = Field(None, gt=0)  # or run each level this long (in-flight requests cancelled)
     warmup: int = Field(0, ge=0, le=MAX_REQUESTS_PER_LEVEL)
-    prompt_tokens: int = Field(128, gt=0)
+    prompt_tokens: int = Field(128, gt=0, le=MAX_PROMPT_TOKENS)
     prompt_dist: PromptDistribution = "fixed"
-    prompt_spread: int = Field(0, ge=0)
-    output_tokens: int = Field(128, gt=0)
+    prompt_spread: int = Field(0, ge=0, le=MAX_PROMPT_TOKENS)
+    output_tokens: int = Field(128, gt=0, le=MAX_OUTPUT_TOKENS)
     dataset: Path | None = None  # JSONL prompts instead of synthetic ones
     tokenizer: str | None = None  # local tokenizer: exact prompts and token counts
     seed: int = 0
@@ -110,6 +113,13 @@ class LoadPlan(BaseModel):
             raise ValueError("--prefix-control compares shared prefixes with unshared ones: give --prefix-share")
         if self.endpoint == "images" and (self.sessions or self.trace):
             raise ValueError("image generations are single prompts: no --turns, --multi-turn or --trace")
+        if not (self.trace or self.sharegpt or self.dataset):  # synthetic prompts: their size, before they are built
+            longest = self.prompt_tokens + self.prompt_spread
+            total = self.prompts_needed * longest
+            if total > MAX_WORKLOAD_TOKENS:
+                raise ValueError(f"{self.prompts_needed:,} prompts of up to {longest:,} "
+                                 f"tokens are {total:,} tokens to build, more than the {MAX_WORKLOAD_TOKENS:,} a "
+                                 "workload may hold: lower --requests, --prompt-tokens or --prompt-spread")
         endpoint_url(self.url, self.endpoint)  # a malformed URL is refused before any work
         if self.metrics_url is not None:
             endpoint_url(self.metrics_url, self.endpoint)
@@ -140,6 +150,17 @@ class LoadPlan(BaseModel):
     def prompts_needed(self) -> int:
         """Prompts to prepare: every measured request plus the warm-up (reused cyclically if short)."""
         return (self.requests or 256) + self.warmup
+
+    @property
+    def prompts_sampled(self) -> int:
+        """Prompts to draw from a dataset: one per request the plan can send (a rate's whole duration), at
+        most a level's cap, so a large file gives a run its own sample instead of all its entries."""
+        if self.requests is not None:
+            return self.requests + self.warmup
+        if self.rate is not None and self.duration_s is not None:
+            fastest = max((*self.sweep, self.rate))
+            return min(MAX_REQUESTS_PER_LEVEL, math.ceil(fastest * self.duration_s)) + self.warmup
+        return MAX_REQUESTS_PER_LEVEL + self.warmup
 
 
 def make_plan(**options: Any) -> LoadPlan:

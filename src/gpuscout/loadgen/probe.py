@@ -16,7 +16,10 @@ Each measurement is repeated and summarized with `stats.summarize` (P50/P95, CI,
 A minimal HTTP/1.1 client on asyncio streams is used instead of an HTTP library so that each
 number is what it says: which connection a request rides on, and when it is dropped, is explicit.
 A reply it cannot read (no status line, a header past `MAX_HEADER_BYTES`, a bad length or chunk size)
-is a `MalformedReply`: an error of that one measurement, never a traceback. URLs are shown and stored
+is a `MalformedReply`: an error of that one measurement, never a traceback. The waits are bounded:
+each attempt by `timeout_s`, and the first attempt that times out ends the probe's attempts (a server
+that gave no answer in that long is not asked again and again), each measurement left saying why it
+stopped; a URL that never answers costs one timeout, not one per attempt. URLs are shown and stored
 without credentials (`redact`), and error texts are scrubbed of them.
 """
 
@@ -30,10 +33,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from gpuscout.errors import GpuscoutError, SpecError
-from gpuscout.loadgen.redact import redact_url, scrub, url_secrets
+from gpuscout.frozen import Frozen
+from gpuscout.loadgen.wire import http_url
+from gpuscout.redact import redact_url, scrub, url_secrets
 from gpuscout.stats import Summary, summarize
 
 DEFAULT_UPLOAD_BYTES = 4 * 1024 * 1024  # large enough that the transfer outweighs the round trip on a LAN
@@ -42,11 +47,7 @@ MAX_HEADER_BYTES = 64 * 1024  # status line and headers of one reply (nginx's de
 MAX_INFORMATIONAL = 8  # 1xx replies skipped before the real one
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Target(_Frozen):
+class Target(Frozen):
     url: str  # as shown and stored: no user-info, secret query values as ***
     scheme: str
     host: str
@@ -55,7 +56,7 @@ class Target(_Frozen):
     secrets: tuple[str, ...] = Field(default=(), exclude=True, repr=False)  # scrubbed from error texts
 
 
-class ProbeMeasure(_Frozen):
+class ProbeMeasure(Frozen):
     name: str
     unit: str  # "s" or "bytes/s"
     samples: tuple[float, ...]
@@ -64,7 +65,7 @@ class ProbeMeasure(_Frozen):
     note: str = ""
 
 
-class ProbeResult(_Frozen):
+class ProbeResult(Frozen):
     url: str
     host: str
     port: int
@@ -75,21 +76,10 @@ class ProbeResult(_Frozen):
 def parse_target(url: str) -> Target:
     """An http(s) URL split into what the probe connects to; anything else is a SpecError."""
     fix = "Pass a full URL such as http://10.0.0.5:8000/v1/models or https://api.example.com/health."
-    shown = redact_url(url.strip())
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port
-    except ValueError as exc:
-        raise SpecError(f"{shown!r} is not a valid URL.", scrub(str(exc), url_secrets(url)), fix) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise SpecError(f"{shown!r} is not an http or https URL.",
-                        "The probe needs a scheme (http:// or https://) and a host to connect to.", fix)
-    if any(c in parts.hostname for c in "\r\n\t ") or any(c in url for c in "\r\n"):
-        raise SpecError(f"{shown!r} has a control character or a space in it.",
-                        "It would end up in the request line and headers.", fix)
+    parts = urlsplit(http_url(url, fix))  # ASCII on the wire: an IDNA host, a percent-encoded path
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return Target(url=shown, scheme=parts.scheme, host=parts.hostname,
-                  port=port or (443 if parts.scheme == "https" else 80), path=path, secrets=url_secrets(url))
+    return Target(url=redact_url(url.strip()), scheme=parts.scheme, host=parts.hostname or "",
+                  port=parts.port or (443 if parts.scheme == "https" else 80), path=path, secrets=url_secrets(url))
 
 
 @dataclass
@@ -272,37 +262,58 @@ async def probe(url: str, *, repeats: int = 10, download_url: str | None = None,
     target = parse_target(url)
     download, upload = (parse_target(u) if u else None for u in (download_url, upload_url))
     secrets = tuple(s for t in (target, download, upload) if t is not None for s in t.secrets)
-    tcp = await _repeat("tcp_connect_s", "s", repeats, lambda: _tcp_connect(target, timeout_s))
+    gate = _Gate(timeout_s)
+    tcp = await _repeat("tcp_connect_s", "s", repeats, lambda: _tcp_connect(target, timeout_s), gate=gate)
     if not tcp.samples:
         raise GpuscoutError(f"Cannot connect to {target.host}:{target.port}.", scrub(tcp.errors[0], secrets),
                             "Check the URL, that the server is running, and that no firewall blocks the port.")
-    measures = [tcp, await _repeat("http_fresh_s", "s", repeats, lambda: _fresh_get(target, timeout_s))]
+    measures = [tcp, await _repeat("http_fresh_s", "s", repeats, lambda: _fresh_get(target, timeout_s), gate=gate)]
     client = _Client(timeout_s)
     try:
-        measures.append(await _keepalive(client, target, repeats))
+        measures.append(await _keepalive(client, target, repeats, gate))
         if download is not None:
             measures.append(await _repeat("download_bytes_per_s", "bytes/s", repeats,
-                                          lambda: _transfer(client, download, "GET", b"")))
+                                          lambda: _transfer(client, download, "GET", b""), gate=gate))
         if upload is not None:
             payload = os.urandom(upload_bytes)
             measures.append(await _repeat("upload_bytes_per_s", "bytes/s", repeats,
                                           lambda: _transfer(client, upload, "POST", payload),
-                                          note=f"{upload_bytes} random bytes a POST"))
+                                          note=f"{upload_bytes} random bytes a POST", gate=gate))
         measures.append(await _repeat("reconnect_s", "s", repeats, lambda: _reconnect(client, target),
-                                      note="socket aborted under a warm kept-alive connection → next success"))
+                                      note="socket aborted under a warm kept-alive connection → next success",
+                                      gate=gate))
     finally:
         client.close()
     clean = tuple(m.model_copy(update={"errors": tuple(scrub(e, secrets) for e in m.errors)}) for m in measures)
     return ProbeResult(url=target.url, host=target.host, port=target.port, repeats=repeats, measures=clean)
 
 
+class _Gate:
+    """Whether attempts may still be made: closed by the first one that times out (`why` says so)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.why: str | None = None
+
+    async def attempt(self, once: Callable[[], Awaitable[float]]) -> float:
+        try:
+            return await once()
+        except TimeoutError:
+            self.why = (f"skipped: an earlier attempt had no answer within {self.timeout_s:g} s, so no further "
+                        "attempts were made")
+            raise TimeoutError(f"no answer within {self.timeout_s:g} s") from None
+
+
 async def _repeat(name: str, unit: str, repeats: int, once: Callable[[], Awaitable[float]],
-                  note: str = "") -> ProbeMeasure:
+                  note: str = "", *, gate: _Gate) -> ProbeMeasure:
     samples: list[float] = []
     errors: list[str] = []
     for _ in range(repeats):
+        if gate.why is not None:
+            errors.append(gate.why)
+            break
         try:
-            samples.append(await once())
+            samples.append(await gate.attempt(once))
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ProbeFailure) as exc:
             errors.append(_describe(exc))
     return ProbeMeasure(name=name, unit=unit, samples=tuple(samples), summary=summarize(samples) if samples else None,
@@ -331,18 +342,21 @@ async def _fresh_get(target: Target, timeout_s: float) -> float:
         conn.close()
 
 
-async def _keepalive(client: _Client, target: Target, repeats: int) -> ProbeMeasure:
+async def _keepalive(client: _Client, target: Target, repeats: int, gate: _Gate) -> ProbeMeasure:
     async def once() -> float:
         start = time.perf_counter()
         await client.request(target)
         return time.perf_counter() - start
 
     try:
-        await client.request(target)  # warm: open the connection that the samples then reuse
+        if gate.why is not None:
+            raise ProbeFailure(gate.why)
+        await gate.attempt(once)  # warm: open the connection that the samples then reuse
     except (OSError, TimeoutError, asyncio.IncompleteReadError, ProbeFailure) as exc:
-        return ProbeMeasure(name="http_keepalive_s", unit="s", samples=(), summary=None, errors=(_describe(exc),))
+        error = str(exc) if isinstance(exc, ProbeFailure) and gate.why == str(exc) else _describe(exc)
+        return ProbeMeasure(name="http_keepalive_s", unit="s", samples=(), summary=None, errors=(error,))
     before = client.reconnects
-    measure = await _repeat("http_keepalive_s", "s", repeats, once)
+    measure = await _repeat("http_keepalive_s", "s", repeats, once, gate=gate)
     if client.reconnects > before:
         return measure.model_copy(update={"note": f"the server closed the kept-alive connection; "
                                                   f"{client.reconnects - before} samples include a reconnect"})

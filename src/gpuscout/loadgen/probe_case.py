@@ -12,7 +12,7 @@ import time
 
 from gpuscout.errors import GpuscoutError
 from gpuscout.loadgen.probe import ProbeResult, probe
-from gpuscout.loadgen.redact import redact_url
+from gpuscout.redact import redact_url
 from gpuscout.results.schema import Case, Failure, Metric, Scalar
 from gpuscout.stats import summarize
 

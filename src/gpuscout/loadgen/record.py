@@ -17,8 +17,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict
-
+from gpuscout.frozen import Frozen
 from gpuscout.loadgen.counts import impossible_count
 from gpuscout.loadgen.exchange import Live
 from gpuscout.loadgen.schedule import LoadShape
@@ -35,9 +34,7 @@ class PromptLike(Protocol):
     def output_tokens(self) -> int: ...
 
 
-class RequestRecord(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class RequestRecord(Frozen):
     index: int
     warmup: bool
     intended_s: float
@@ -65,18 +62,15 @@ class RequestRecord(BaseModel):
     images: int | None = None  # image generations: images in the answer
 
 
-class ServerSample(BaseModel):
+class ServerSample(Frozen):
     """One scrape of the server's Prometheus /metrics: seconds from t0, the values gpuscout reads."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     t_s: float
     values: dict[str, float]
 
 
-class LoadRun(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class LoadRun(Frozen):
     records: tuple[RequestRecord, ...]
     shape: LoadShape
     started_at: datetime

@@ -21,7 +21,7 @@ from typing import Any
 
 import msgspec
 
-from gpuscout.loadgen.exchange import Live
+from gpuscout.loadgen.exchange import IMAGES_ASKED, Live
 from gpuscout.loadgen.record import PromptLike
 from gpuscout.loadgen.wire import Target
 
@@ -57,7 +57,7 @@ class Bodies:
     def _body(self, index: int, extras: bool, messages: list[dict[str, str]] | None) -> dict[str, Any]:
         prompt = self.prompts[index]
         if self.images:
-            return {"model": self.model, "prompt": prompt.text, "n": 1, "response_format": "b64_json"} \
+            return {"model": self.model, "prompt": prompt.text, "n": IMAGES_ASKED, "response_format": "b64_json"} \
                 | self.extra_body
         body: dict[str, Any] = {"model": self.model, "max_tokens": prompt.output_tokens, "stream": self.stream}
         if self.chat:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuscout.host import cpu_model, package_version, ram_bytes, usable_cores
-from gpuscout.loadgen.client import Endpoint, LoadRun, Progress, run_load_sync
+from gpuscout.loadgen.client import Endpoint, LoadRun, run_load_sync
+from gpuscout.loadgen.context import Progress
 from gpuscout.loadgen.metrics import summarize_load
 from gpuscout.loadgen.schedule import LoadShape
 from gpuscout.loadgen.workload import Workload

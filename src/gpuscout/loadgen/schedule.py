@@ -21,7 +21,9 @@ import math
 import random
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from gpuscout.frozen import Frozen
 
 ShapeKind = Literal["concurrency", "constant", "poisson", "gamma", "trace", "sessions"]
 CLOSED = frozenset({"concurrency", "sessions"})
@@ -29,9 +31,7 @@ MAX_REQUESTS_PER_LEVEL = 100_000  # records stay in memory (~16 KB each at 128 o
 MAX_CONCURRENCY = 4096  # one connection (and client) each; this client sustains 64 on 2 cores
 
 
-class LoadShape(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class LoadShape(Frozen):
     kind: ShapeKind
     concurrency: int | None = Field(None, gt=0, le=MAX_CONCURRENCY)  # closed loop: this many in flight
     rate_rps: float | None = Field(None, gt=0)  # open loop rates

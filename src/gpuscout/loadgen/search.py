@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.errors import SpecError
-from gpuscout.results.schema import Case, Metric
+from gpuscout.frozen import Frozen
+from gpuscout.results.schema import E2E_FROM_INTENDED_S, E2E_S, TPOT_S, TTFT_FROM_INTENDED_S, TTFT_S, Case, Metric
 from gpuscout.stats import percentile
 from gpuscout.workload.job import Slo
 
@@ -26,15 +25,11 @@ Outcome = Literal["found", "lowest_fails", "ceiling_not_reached"]
 LatencyFrom = Literal["send", "intended"]
 
 # SLO field → metric name measured from the actual send, and from the intended send time.
-_SLO_METRICS = (("ttft_p95_s", "ttft_s", "ttft_from_intended_s"), ("tpot_p95_s", "tpot_s", "tpot_s"),
-                ("e2e_p95_s", "e2e_s", "e2e_from_intended_s"))
+_SLO_METRICS = (("ttft_p95_s", TTFT_S, TTFT_FROM_INTENDED_S), ("tpot_p95_s", TPOT_S, TPOT_S),
+                ("e2e_p95_s", E2E_S, E2E_FROM_INTENDED_S))
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class SearchStep(_Frozen):
+class SearchStep(Frozen):
     """One measured level: its case, whether it met the SLO, and why not."""
 
     level: Level
@@ -43,7 +38,7 @@ class SearchStep(_Frozen):
     case: Case
 
 
-class SearchResult(_Frozen):
+class SearchResult(Frozen):
     best_level: Level | None  # the highest level that met every target; None when even the lowest failed
     best_case: Case | None
     goodput_rps: float | None  # the best case's goodput_rps metric, when it has one

@@ -20,6 +20,11 @@ exposes them with `--metrics`):
 
 Counters are read as the increase over the measured phase (last scrape − first), gauges as their
 samples; `summarize_server` turns a run's scrapes into result metrics.
+
+Every value read is checked once, in `read_server`, before anything uses it: finite, not negative, a
+fraction within 0–1 and a count within `MAX_COUNT`. A page with a value outside its range is not a
+reading of a real server (a broken exporter, a hostile endpoint): it is refused whole, with the name,
+the value and the range in the message, rather than summed into an infinite or absurd result.
 """
 
 from __future__ import annotations
@@ -32,6 +37,11 @@ from collections.abc import Sequence
 from gpuscout.loadgen.record import ServerSample
 
 MAX_METRICS_BYTES = 16 << 20  # a /metrics page with per-request histograms is a few hundred KiB
+# The largest count a real server reports: a token counter at 1e6 tokens/s (past any single server: vLLM's
+# published H100 throughputs are ~1e4 tokens/s) for 30 years is 9.5e14. Requests running or waiting are
+# far fewer. Within it, sums and differences over any run's scrapes stay far inside a result's ±1e30.
+MAX_COUNT = 1e15
+FRACTIONS = frozenset({"kv_usage", "prefix_hit_rate"})  # documented by every engine as 0–1
 _LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
 
 GAUGES: dict[str, tuple[str, ...]] = {
@@ -71,15 +81,29 @@ def parse_prometheus(text: str) -> dict[str, float]:
     return values
 
 
+class MetricOutOfRange(ValueError):
+    """A value on the page no real server reports; the message names it, its value and its range."""
+
+
 def read_server(page: dict[str, float]) -> tuple[str | None, dict[str, float]]:
-    """(engine, the values gpuscout reads) of one parsed page; engine None when no known name is there."""
+    """(engine, the values gpuscout reads) of one parsed page; engine None when no known name is there.
+
+    Raises MetricOutOfRange for a value outside its range (see the module's docstring)."""
     picked: dict[str, float] = {}
     for name, candidates in (*GAUGES.items(), *COUNTERS.items()):
-        found = next((page[c] for c in candidates if c in page), None)
-        if found is not None:
-            picked[name] = found
+        source = next((c for c in candidates if c in page), None)
+        if source is not None:
+            picked[name] = _in_range(name, source, page[source])
     engine = next((engine for prefix, engine in ENGINES if any(k.startswith(prefix) for k in page)), None)
     return engine, picked
+
+
+def _in_range(name: str, source: str, value: float) -> float:
+    top = 1.0 if name in FRACTIONS else MAX_COUNT
+    if not (math.isfinite(value) and 0 <= value <= top):
+        raise MetricOutOfRange(f"{source} is {value:.6g} (summed over its label sets), outside the range a server "
+                               f"reports, 0 to {top:g}")
+    return value
 
 
 def counter_increase(samples: Sequence[ServerSample], name: str) -> float | None:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuscout.loadgen.client import LoadInterrupted, Progress, endpoint_url
+from gpuscout.loadgen.client import LoadInterrupted, endpoint_url
+from gpuscout.loadgen.context import Progress
 from gpuscout.loadgen.metrics import mark_interrupted, summarize_load
 from gpuscout.loadgen.plan import LoadPlan, shape_at
 from gpuscout.loadgen.run import build_result, file_sha256, measure_case
@@ -202,9 +203,9 @@ def build_workload(plan: LoadPlan, *, unshared: bool = False) -> Workload:
         return trace_workload(plan.trace, tokenizer_path=plan.tokenizer, seed=plan.seed, limit=plan.requests)
     if plan.sharegpt is not None:
         return sharegpt_workload(plan.sharegpt, output_tokens=plan.output_tokens, tokenizer_path=plan.tokenizer,
-                                 seed=plan.seed, multi_turn=plan.multi_turn)
+                                 seed=plan.seed, multi_turn=plan.multi_turn, at_most=plan.prompts_sampled)
     if plan.dataset is not None:
-        return dataset_workload(plan.dataset, n=None, output_tokens=plan.output_tokens,
+        return dataset_workload(plan.dataset, n=None, at_most=plan.prompts_sampled, output_tokens=plan.output_tokens,
                                 tokenizer_path=plan.tokenizer, seed=plan.seed)
     if plan.turns is not None:
         users = max((int(x) for x in plan.sweep), default=plan.concurrency or 1)

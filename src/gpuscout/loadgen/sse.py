@@ -441,6 +441,12 @@ class Usage(NamedTuple):
 NO_USAGE = Usage(None, None, None, None, None)
 
 
+# The largest count read at all: 2^53, past which a float cannot hold a whole number exactly. Counts below it that
+# are still absurd (more than max_tokens asked for) are judged against the stream by `counts`; above it a count
+# (10^400 in a hostile usage) could overflow a sum or reach a result past its ±1e30, so it is impossible here.
+MAX_USAGE_TOKENS = 2**53
+
+
 def read_usage(raw: object) -> Usage:
     """Check a server's `usage` once per request: non-negative integers are kept, anything else is not."""
     if raw is None:
@@ -469,6 +475,9 @@ def _count(obj: dict[str, Any], name: str) -> tuple[int | None, str | None, str 
         return None, None, f"usage.{name} is {value!r}, not a whole number"
     if value < 0:
         return None, None, f"usage.{name} is negative ({str(value)[:24]})"
+    if value > MAX_USAGE_TOKENS:
+        shown = f"a {len(str(value))}-digit number" if isinstance(value, int) and value >= 10**24 else f"{value:.6g}"
+        return None, None, f"usage.{name} is {shown}, more than the {MAX_USAGE_TOKENS:,} (2^53) a count may be"
     return int(value), None, None
 
 

@@ -23,11 +23,14 @@ import random
 from pathlib import Path
 
 from gpuscout.errors import SpecError
-from gpuscout.loadgen.workload import Prompt, Workload, count_tokens, text_maker
-from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, read_user_text
+from gpuscout.loadgen.schedule import MAX_REQUESTS_PER_LEVEL
+from gpuscout.loadgen.workload import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS, Prompt, Workload, count_tokens, text_maker
+from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, user_lines
 
 BLOCK_TOKENS = 512  # tokens per hash id in the Mooncake traces (their README and AIPerf's loader)
-MAX_OUTPUT_TOKENS = 1_000_000
+# The latest arrival a replay waits for: 7 days, the span of the longest public LLM serving trace
+# (Azure LLM inference trace 2024, Azure/AzurePublicDataset, one week); a later one is a broken line.
+MAX_TIMESTAMP_MS = 7 * 86_400_000
 FIX = 'Write one JSON object a line: {"timestamp": ms, "input_length": N, "output_length": M, "hash_ids": [...]}.'
 
 
@@ -62,12 +65,19 @@ def trace_workload(path: Path, *, tokenizer_path: str | None, seed: int, block_t
 
 
 def read_trace(path: Path, limit: int | None = None) -> list[tuple[float, int, int, tuple[int, ...]]]:
-    """(timestamp_ms, input_length, output_length, hash_ids) of each line, sorted by time."""
-    text = read_user_text(path, "trace", FIX, max_bytes=MAX_DATASET_BYTES)
-    rows = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    """(timestamp_ms, input_length, output_length, hash_ids) of each line, sorted by time.
+
+    The file is streamed and read only as far as needed: `limit` requests, and one line past the most a
+    level replays (`MAX_REQUESTS_PER_LEVEL`) is refused at once, before any prompt is built."""
+    rows: list[tuple[float, int, int, tuple[int, ...]]] = []
+    for number, line in user_lines(path, "trace", FIX, max_bytes=MAX_DATASET_BYTES):
         if not line.strip():
             continue
+        if limit is None and len(rows) >= MAX_REQUESTS_PER_LEVEL:
+            raise SpecError(f"{path} holds more than {MAX_REQUESTS_PER_LEVEL:,} requests.",
+                            f"A level replays at most {MAX_REQUESTS_PER_LEVEL:,} requests (each one's record is kept "
+                            "in memory).", f"Pass --requests N (at most {MAX_REQUESTS_PER_LEVEL:,}) to replay the "
+                            "trace's first N lines, or split the trace.")
         entry = parse_user_json(line, f"{path} line {number}", f"A trace is JSON Lines. {FIX}")
         rows.append(_row(entry, path, number))
         if limit is not None and len(rows) >= limit:
@@ -84,9 +94,11 @@ def _row(entry: object, path: Path, number: int) -> tuple[float, int, int, tuple
         raise SpecError(f"{where} is not a JSON object.", "Each trace line describes one request.", FIX)
     stamp, inp, out = entry.get("timestamp"), entry.get("input_length"), entry.get("output_length")
     ids = entry.get("hash_ids", [])
-    if not _number(stamp) or stamp < 0:  # type: ignore[operator]
-        raise SpecError(f"{where}: timestamp {stamp!r} is not a time in ms ≥ 0.", "It is the request's arrival.", FIX)
-    for name, value, top in (("input_length", inp, 10_000_000), ("output_length", out, MAX_OUTPUT_TOKENS)):
+    if not _number(stamp) or not 0 <= stamp <= MAX_TIMESTAMP_MS:  # type: ignore[operator]
+        raise SpecError(f"{where}: timestamp {stamp!r} is not a time in ms from 0 to {MAX_TIMESTAMP_MS:,} (7 days).",
+                        "It is the request's arrival, and the replay waits for it: the longest public LLM serving "
+                        "trace (Azure's 2024 week-long one) spans 7 days.", FIX)
+    for name, value, top in (("input_length", inp, MAX_PROMPT_TOKENS), ("output_length", out, MAX_OUTPUT_TOKENS)):
         if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= top):
             raise SpecError(f"{where}: {name} {value!r} is not a whole number of tokens from 1 to {top:,}.",
                             "Each request needs its prompt and output lengths.", FIX)

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuscout.errors import SpecError
-from gpuscout.loadgen.workload import Prompt, Workload, count_tokens, text_maker
-from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, read_user_text, replace_surrogates
+from gpuscout.loadgen.workload import Prompt, Workload, check_sizes, count_tokens, text_maker
+from gpuscout.userfile import MAX_DATASET_BYTES, replace_surrogates, user_json_items
 
 MAX_TURNS = 1000
 
@@ -54,10 +54,10 @@ def shared_prefix_workload(n: int, *, prompt_tokens: int, output_tokens: int, pr
 def conversation_workload(conversations: int, *, turns: int, prompt_tokens: int, output_tokens: int,
                           tokenizer_path: str | None = None, seed: int = 0) -> Workload:
     """`conversations` × `turns` synthetic user messages; turn k is sent with the k − 1 before it."""
-    _check(n=conversations, prompt_tokens=prompt_tokens, output_tokens=output_tokens, groups=1, share=0.0)
     if not 1 <= turns <= MAX_TURNS:
         raise SpecError(f"{turns} turns per conversation.", f"A conversation has 1 to {MAX_TURNS} turns.",
                         "Pass --turns between 1 and 1000.")
+    _check(n=conversations * turns, prompt_tokens=prompt_tokens, output_tokens=output_tokens, groups=1, share=0.0)
     make = text_maker(tokenizer_path)
     rng = random.Random(f"gpuscout-conversation-{seed}")
     prompts = [Prompt(text=make(prompt_tokens, rng), prompt_tokens=prompt_tokens, output_tokens=output_tokens)
@@ -70,18 +70,30 @@ def conversation_workload(conversations: int, *, turns: int, prompt_tokens: int,
 
 
 def sharegpt_workload(path: Path, *, output_tokens: int, tokenizer_path: str | None, seed: int,
-                      multi_turn: bool) -> Workload:
-    """The human turns of a ShareGPT-style JSON file, shuffled with the seed: first turns or whole conversations."""
+                      multi_turn: bool, at_most: int | None = None) -> Workload:
+    """The human turns of a ShareGPT-style JSON file, shuffled with the seed: first turns or whole conversations.
+
+    The file is streamed conversation by conversation, and with `at_most` a seeded uniform sample of that many
+    conversations is kept (reservoir sampling), so a run holds what it can send, not the whole file."""
     fix = ('Pass a JSON list of {"conversations": [{"from": "human", "value": "..."}, {"from": "gpt", ...}]} '
            '(ShareGPT), or of {"messages": [{"role": "user", "content": "..."}]}.')
-    entries = parse_user_json(read_user_text(path, "ShareGPT dataset", fix, max_bytes=MAX_DATASET_BYTES), str(path),
-                              "A ShareGPT file is one JSON list of conversations.", finite=False, surrogates=True)
-    if not isinstance(entries, list):
-        raise SpecError(f"{path} is not a JSON list.", "A ShareGPT file is a list of conversations.", fix)
-    talks = [t for t in (_human_turns(e) for e in entries) if t]
+    rng = random.Random(seed)
+    talks: list[list[str]] = []
+    total = 0
+    for entry in user_json_items(path, "ShareGPT dataset", fix, max_bytes=MAX_DATASET_BYTES):
+        talk = _human_turns(entry)
+        if not talk:
+            continue
+        total += 1
+        if at_most is None or len(talks) < at_most:
+            talks.append(talk)
+        else:  # Algorithm R: the total-th conversation replaces a kept one with probability at_most / total
+            slot = rng.randrange(total)
+            if slot < at_most:
+                talks[slot] = talk
     if not talks:
         raise SpecError(f"{path} has no conversation with a human turn.", "Each prompt is a human turn.", fix)
-    random.Random(seed).shuffle(talks)
+    rng.shuffle(talks)
     prompts: list[Prompt] = []
     order: list[tuple[int, ...]] = []
     for talk in talks:
@@ -91,6 +103,8 @@ def sharegpt_workload(path: Path, *, output_tokens: int, tokenizer_path: str | N
         order.append(tuple(range(start, len(prompts))))
     counted = f"tokenizer {tokenizer_path}" if tokenizer_path else "approximate: words, no tokenizer"
     what = f"{len(order)} conversations ({len(prompts)} human turns)" if multi_turn else f"{len(prompts)} first turns"
+    if len(talks) < total:
+        what += f" of {len(talks):,} conversations sampled from its {total:,}"
     return Workload(prompts=tuple(prompts), source=str(path), seed=seed, tokenizer=tokenizer_path,
                     conversations=tuple(order) if multi_turn else (),
                     description=f"{what} from ShareGPT file {path} ({counted}), output {output_tokens}, seed {seed}")
@@ -120,11 +134,10 @@ def _human_turns(entry: Any) -> list[str]:
 
 
 def _check(*, n: int, prompt_tokens: int, output_tokens: int, groups: int, share: float) -> None:
-    for name, value in (("requests", n), ("prompt tokens", prompt_tokens), ("output tokens", output_tokens),
-                        ("prefix groups", groups)):
-        if value < 1:
-            raise SpecError(f"The number of {name} is {value}.", f"A workload needs at least one of {name}.",
-                            "Pass a value ≥ 1.")
+    check_sizes(n=n, prompt_tokens=prompt_tokens, output_tokens=output_tokens)
+    if groups < 1:
+        raise SpecError(f"The number of prefix groups is {groups}.", "A workload needs at least one prefix group.",
+                        "Pass a value ≥ 1.")
     if not 0 <= share < 1:
         raise SpecError(f"The prefix share {share} is not in [0, 1).",
                         "It is the fraction of each prompt's tokens shared with its group; each prompt keeps some "

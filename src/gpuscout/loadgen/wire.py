@@ -29,7 +29,10 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from gpuscout.errors import SpecError
+from gpuscout.redact import redact_url
 
 MAX_HEAD_BYTES = 64 << 10  # status line and headers of one response (h11's default limit too)
 MAX_CHUNK_LINE_BYTES = 4096  # a chunk-size line with its extensions
@@ -42,6 +45,39 @@ _LOWER_HEX = b"%x".__mod__  # a length as a server writes its chunk size
 
 # Parser states
 _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_END, _TRAILER, _CLOSE, _DONE = range(8)
+
+
+def http_url(url: str, fix: str) -> str:
+    """`url` as it goes on the wire: http(s), user-info dropped, a non-ASCII host in its IDNA form (punycode,
+    RFC 5891) and non-ASCII path or query characters percent-encoded as UTF-8 (RFC 3986 §2.5), so the request
+    line and Host header are ASCII; anything else is a SpecError that shows the URL without its secrets."""
+    shown = repr(redact_url(url))
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port
+    except ValueError:
+        raise SpecError(f"{shown} is not a valid URL.",
+                        "A port must be a number from 0 to 65535, and a host in [brackets] an IPv6 address.",
+                        fix) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SpecError(f"{shown} is not an http or https URL.", "gpuscout talks to servers over HTTP.", fix)
+    if any(c in url for c in "\r\n\t ") or any(not c.isprintable() for c in url):
+        raise SpecError(f"{shown} has a space or a control character in it.",
+                        "It would end up in the request line and headers.", fix)
+    host = parts.hostname
+    if not host.isascii():
+        try:
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise SpecError(f"{shown} has a host name that is not a valid internationalized domain name.",
+                            "A non-ASCII host is sent in its IDNA (punycode) form, and this one has none.",
+                            fix) from None
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+    # '%' stays: an escape already in the URL is sent as written; only characters outside ASCII are encoded
+    path, query = (quote(part, safe="".join(map(chr, range(0x21, 0x7f)))) for part in (parts.path, parts.query))
+    return urlunsplit((parts.scheme, netloc, path, query, ""))
 
 
 class WireError(Exception):

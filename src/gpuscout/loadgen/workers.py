@@ -29,7 +29,8 @@ from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
 from gpuscout.errors import GpuscoutError, SpecError
-from gpuscout.loadgen.client import Progress, WorkerPart, run_load_sync
+from gpuscout.loadgen.client import run_load_sync
+from gpuscout.loadgen.context import Progress, WorkerPart
 from gpuscout.loadgen.record import LoadInterrupted, LoadRun
 from gpuscout.loadgen.schedule import CLOSED, LoadShape
 

@@ -20,13 +20,22 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.errors import MissingDependencyError, SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.outfile import write_atomic
-from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, read_user_text, replace_surrogates
+from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, replace_surrogates, user_lines
 
 Distribution = Literal["fixed", "uniform", "normal"]
+
+# The bounds on what a workload may ask for, checked in `check_sizes` before any prompt is built:
+# * prompt tokens: 10M, the longest context window an open model claims (Llama 4 Scout, Meta's model card);
+# * output tokens: 1M, past any served model's context window;
+# * all prompts together: 100M tokens, ~0.5 GB of text at ~5 bytes a token (and as much again in the
+#   workload file): a few GiB of memory at most while it is built, where an unchecked --prompt-tokens took 9 GB
+#   in two minutes. 100,000 requests of 1,000 tokens fit.
+MAX_PROMPT_TOKENS = 10_000_000
+MAX_OUTPUT_TOKENS = 1_000_000
+MAX_WORKLOAD_TOKENS = 100_000_000
 
 # Exact-length search: decode → re-encode can merge or split tokens at the seams, so the text is
 # trimmed or padded and checked again. It converges in one or two rounds for BPE/WordPiece/Unigram
@@ -49,9 +58,7 @@ _WORD_TEXT = (
 _WORDS = tuple(_WORD_TEXT.split())
 
 
-class Prompt(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Prompt(Frozen):
     text: str  # the prompt (completions) or the user message (chat)
     prompt_tokens: int  # by the tokenizer when given, else the target count (approximate)
     output_tokens: int  # requested max_tokens (with ignore_eos-style settings)
@@ -60,9 +67,7 @@ class Prompt(BaseModel):
     arrival_s: float | None = None  # a trace's arrival time, s from its first request
 
 
-class Workload(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Workload(Frozen):
     prompts: tuple[Prompt, ...]
     source: str  # "synthetic" or the dataset path
     seed: int
@@ -75,7 +80,7 @@ class Workload(BaseModel):
 def synthetic_workload(n: int, *, prompt_tokens: int, output_tokens: int, distribution: Distribution = "fixed",
                        spread: int = 0, tokenizer_path: str | None = None, seed: int = 0) -> Workload:
     """`n` random prompts whose lengths follow `distribution` around `prompt_tokens`."""
-    _check_sizes(n=n, prompt_tokens=prompt_tokens, output_tokens=output_tokens, spread=spread)
+    check_sizes(n=n, prompt_tokens=prompt_tokens, output_tokens=output_tokens, spread=spread)
     lengths = prompt_lengths(n, prompt_tokens, distribution, spread, seed)
     # A second, independent stream for the text, so changing the lengths does not reshuffle words.
     text_rng = random.Random(f"gpuscout-text-{seed}")
@@ -103,38 +108,44 @@ def prompt_lengths(n: int, target: int, distribution: Distribution, spread: int,
             return [target] * n
         case "uniform":
             return [max(1, rng.randint(target - spread, target + spread)) for _ in range(n)]
-        case "normal":
-            return [max(1, round(rng.gauss(target, spread))) for _ in range(n)]
+        case "normal":  # the tail is cut at target + spread·6, so the sizes checked above bound every prompt
+            return [min(max(1, round(rng.gauss(target, spread))), target + 6 * spread) for _ in range(n)]
     raise SpecError(f"Unknown prompt length distribution {distribution!r}.",  # pragma: no cover - typed
                     "gpuscout draws prompt lengths from fixed, uniform or normal.",
                     "Pass --prompt-dist fixed, uniform or normal.")
 
 
 def dataset_workload(path: Path, *, n: int | None, output_tokens: int, tokenizer_path: str | None,
-                     seed: int) -> Workload:
+                     seed: int, at_most: int | None = None) -> Workload:
     """Prompts from a JSONL file, one object a line with "prompt", "text" or chat "messages".
 
-    The entries are shuffled with the seed; `n` larger than the file cycles through further seeded
-    shuffles, `n = None` takes every entry once. For "messages" the first user message is the prompt
-    (as vLLM's ShareGPT loader takes the first human turn).
+    The file is streamed: every line is checked, and at most `n` (or `at_most`) of its entries are kept, a
+    seeded uniform sample (reservoir sampling, Vitter's Algorithm R) in a seeded random order, so a run of
+    100 requests holds 100 prompts whatever the file's size. A file with fewer entries gives each once,
+    shuffled; `n` larger than that cycles through further seeded shuffles to `n` prompts, while `at_most`
+    (and `n = None`) leaves the cycling to the client, which reuses prompts when it sends more requests.
+    For "messages" the first user message is the prompt (as vLLM's ShareGPT loader takes the first human turn).
     """
-    texts, repaired = _read_jsonl(path)
-    count = len(texts) if n is None else n
-    _check_sizes(n=count, prompt_tokens=1, output_tokens=output_tokens, spread=0)
+    keep = n if n is not None else at_most
+    if keep is not None:
+        check_sizes(n=keep, prompt_tokens=1, output_tokens=output_tokens, spread=0)
     rng = random.Random(seed)
-    chosen: list[str] = []
-    while len(chosen) < count:
-        order = list(range(len(texts)))
-        rng.shuffle(order)
-        chosen += [texts[i] for i in order[: count - len(chosen)]]
+    chosen, total, repaired = _sample_jsonl(path, keep, rng)
+    texts = list(chosen)
+    while n is not None and len(chosen) < n:
+        rng.shuffle(texts)
+        chosen += texts[: n - len(chosen)]
     tokenizer = _load_tokenizer(tokenizer_path) if tokenizer_path else None
     prompts = tuple(Prompt(text=text, prompt_tokens=_count(tokenizer, text) if tokenizer else len(text.split()),
                            output_tokens=output_tokens) for text in chosen)
     counted = f"tokenizer {tokenizer_path}" if tokenizer_path else "approximate: words, no tokenizer"
     mean = sum(p.prompt_tokens for p in prompts) / len(prompts)
     note = f"; {repaired} with broken surrogate escapes repaired to U+FFFD" if repaired else ""
+    how = "from" if len(prompts) == total else f"sampled from the {total:,} of" if len(prompts) < total \
+        else f"cycling through the {total:,} of"
+    taken = f"{len(prompts)} prompts {how}"
     return Workload(prompts=prompts, source=str(path), seed=seed, tokenizer=tokenizer_path,
-                    description=f"{count} prompts from {path} (mean {mean:.0f} prompt tokens, {counted}{note}), "
+                    description=f"{taken} {path} (mean {mean:.0f} prompt tokens, {counted}{note}), "
                                 f"output {output_tokens}, seed {seed}")
 
 
@@ -159,13 +170,25 @@ def count_tokens(text: str, tokenizer_path: str | None) -> int | None:
     return _count(_load_tokenizer(tokenizer_path), text)
 
 
-def _check_sizes(*, n: int, prompt_tokens: int, output_tokens: int, spread: int) -> None:
-    for name, value, low in (("requests", n, 1), ("prompt tokens", prompt_tokens, 1),
-                             ("output tokens", output_tokens, 1), ("prompt spread", spread, 0)):
+def check_sizes(*, n: int, prompt_tokens: int, output_tokens: int, spread: int = 0) -> None:
+    """Counts and lengths within their bounds (above), each refused with the bound it broke."""
+    for name, value, low, top in (("requests", n, 1, None), ("prompt tokens", prompt_tokens, 1, MAX_PROMPT_TOKENS),
+                                  ("output tokens", output_tokens, 1, MAX_OUTPUT_TOKENS),
+                                  ("prompt spread", spread, 0, MAX_PROMPT_TOKENS)):
         if value < low:
             raise SpecError(f"The number of {name} is {value}.",
                             f"A workload needs {'at least one' if low else 'a non-negative number'} of {name}.",
                             f"Pass a value ≥ {low}.")
+        if top is not None and value > top:
+            raise SpecError(f"The number of {name} is {value:,}, more than the {top:,} gpuscout builds.",
+                            "No served model takes a longer prompt or answer, and building it would only fill "
+                            "memory.", f"Pass at most {top:,}.")
+    total = n * (prompt_tokens + spread)
+    if total > MAX_WORKLOAD_TOKENS:
+        raise SpecError(f"{n:,} prompts of up to {prompt_tokens + spread:,} tokens are {total:,} tokens to build, "
+                        f"more than the {MAX_WORKLOAD_TOKENS:,} a workload may hold.",
+                        "Every prompt is built in memory and written beside the result before the run.",
+                        "Ask for fewer requests (--requests) or shorter prompts (--prompt-tokens, --prompt-spread).")
 
 
 @lru_cache(maxsize=4)
@@ -227,31 +250,37 @@ def _exact_text(tokenizer: Any, pool: list[int], target: int, rng: random.Random
                     "Use a different --prompt-tokens, or drop --tokenizer for approximate lengths.")
 
 
-def _read_jsonl(path: Path) -> tuple[list[str], int]:
-    """The prompts of a JSONL dataset and how many had unpaired surrogates replaced.
+def _sample_jsonl(path: Path, n: int | None, rng: random.Random) -> tuple[list[str], int, int]:
+    """(`n` prompts sampled from a JSONL dataset in a random order, the entries it holds, how many of the kept
+    ones had unpaired surrogates replaced).
 
-    The file is read through gpuscout.userfile: a regular file of at most 1 GiB of UTF-8, each line
-    nested at most 64 levels. Other fields may hold anything (NaN included); only the prompt is
-    used. A prompt with an unpaired surrogate escape (half of an emoji, common in scraped chat
-    logs) gets U+FFFD in its place: it could not be sent as UTF-8, and one broken character should
-    not stop a load test of a large dataset.
+    The file is read through gpuscout.userfile, line by line: a regular file of at most 1 GiB of UTF-8,
+    each line nested at most 64 levels. Other fields may hold anything (NaN included); only the prompt is
+    used. A prompt with an unpaired surrogate escape (half of an emoji, common in scraped chat logs) gets
+    U+FFFD in its place: it could not be sent as UTF-8, and one broken character should not stop a load
+    test of a large dataset.
     """
     fix = 'Write one JSON object a line: {"prompt": "..."}, {"text": "..."} or {"messages": [{"role": "user", ...}]}.'
-    text = read_user_text(path, "dataset", fix, max_bytes=MAX_DATASET_BYTES)
-    prompts: list[str] = []
-    repaired = 0
-    for number, line in enumerate(text.splitlines(), start=1):
+    kept: list[str] = []
+    total = 0
+    for number, line in user_lines(path, "dataset", fix, max_bytes=MAX_DATASET_BYTES):
         if not line.strip():
             continue
         entry = parse_user_json(line, f"{path} line {number}", "A dataset is JSON Lines: one JSON object on each "
                                 f"line. {fix}", finite=False, surrogates=True)
         prompt = _entry_text(entry, path, number, fix)
-        clean = replace_surrogates(prompt)
-        repaired += clean != prompt
-        prompts.append(clean)
-    if not prompts:
+        total += 1
+        if n is None or len(kept) < n:
+            kept.append(prompt)
+        else:  # Algorithm R: the total-th entry replaces a kept one with probability n / total
+            slot = rng.randrange(total)
+            if slot < n:
+                kept[slot] = prompt
+    if not kept:
         raise SpecError(f"{path} has no prompts.", "The dataset file is empty.", fix)
-    return prompts, repaired
+    rng.shuffle(kept)
+    clean = [replace_surrogates(p) for p in kept]
+    return clean, total, sum(c != p for c, p in zip(clean, kept, strict=True))
 
 
 def _entry_text(entry: object, path: Path, number: int, fix: str) -> str:

@@ -42,11 +42,9 @@ from gpuscout.results.runs import merge_runs
 from gpuscout.results.schema import BenchResult, Case, FixedVariables, ResultKind, Scalar
 from gpuscout.workload.checkpoint import checkpoint_hash
 from gpuscout.workload.hf_config import config_depth, shape_from_hf_config
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
 from gpuscout.workload.resolve import llm_config, resolve_image, resolve_video
 from gpuscout.workload.shape import DTYPE_BYTES
-
-Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
 
 MEMORY_NOTE = ("peak memory views: torch allocated = live tensors; torch reserved = held by the caching allocator; "
                "NVML used = sampled every 10 ms, this process incl. the CUDA context (device-wide in "

@@ -23,9 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import Field, ValidationError
 
 from gpuscout.errors import SpecError, UnsupportedHere, option_error
+from gpuscout.frozen import Frozen
 from gpuscout.measure.telemetry import CpuWatch, GpuSampler, build_telemetry
 from gpuscout.results.schema import BillingType, Case, Failure, FailureKind, Metric, Scalar, Telemetry
 from gpuscout.stats import summarize
@@ -34,10 +35,9 @@ CaseFn = Callable[..., Case]
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-class BenchSettings(BaseModel):
+class BenchSettings(Frozen):
     """How to measure: the same for every case of a run, and recorded in the result."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     device: str = "auto"  # auto | cuda | cpu (resolved by `resolve_device` before cases run)
     warmup: int = Field(2, ge=0)

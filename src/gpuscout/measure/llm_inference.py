@@ -27,7 +27,7 @@ from gpuscout.measure.llm_setup import (
 )
 from gpuscout.measure.peak_memory import PeakMemoryMonitor
 from gpuscout.measure.startup import StartupClock, startup_seconds
-from gpuscout.results.schema import Case, Metric
+from gpuscout.results.schema import E2E_S, TPOT_S, TTFT_S, Case, Metric
 from gpuscout.torchmodel.llm import import_torch_stack, next_token
 from gpuscout.workload.job import InferenceJob
 from gpuscout.workload.jobtime import whole_job_formula, whole_job_s
@@ -131,11 +131,11 @@ def _inference_metrics(spec: LlmCaseSpec, job: InferenceJob, runs: list[tuple[fl
     b, n, p = spec.concurrency, job.output_tokens, job.prompt_tokens
     ttft, e2e = [r[0] for r in runs], [r[1] for r in runs]
     metrics = [
-        timed_metric("ttft_s", "s", ttft, note="prefill of the batch's prompts + first token"),
-        timed_metric("e2e_s", "s", e2e, note="prefill + all decode steps"),
+        timed_metric(TTFT_S, "s", ttft, note="prefill of the batch's prompts + first token"),
+        timed_metric(E2E_S, "s", e2e, note="prefill + all decode steps"),
     ]
     if n > 1:
-        metrics.append(timed_metric("tpot_s", "s", [(e - t) / (n - 1) for t, e in runs],
+        metrics.append(timed_metric(TPOT_S, "s", [(e - t) / (n - 1) for t, e in runs],
                                     note="(e2e − ttft) / (output_tokens − 1)"))
     metrics += [
         derived_metric("output_tokens_per_s", "tokens/s", [b * n / e for e in e2e],

@@ -11,14 +11,15 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscout.cost.load_cost import LoadCost
-from gpuscout.loadgen.client import Progress
+from gpuscout.loadgen.context import Progress
 from gpuscout.loadgen.schedule import LoadShape
 from gpuscout.loadgen.search import SearchResult
 from gpuscout.loadgen.session import workload_path
+from gpuscout.report.escape import screen_console
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.load_detail import detail_tables
 from gpuscout.report.numbers import common_unit, in_unit, money, percent, sig
-from gpuscout.results.schema import BenchResult, Case, Metric
+from gpuscout.results.schema import E2E_S, TPOT_S, TTFT_FROM_INTENDED_S, TTFT_S, BenchResult, Case, Metric
 
 
 @contextmanager
@@ -26,7 +27,7 @@ def load_progress(shape: LoadShape) -> Iterator[Progress]:
     """A rich progress bar on stderr while one level runs."""
     from rich.progress import Progress as Bar
 
-    with Bar(console=Console(stderr=True), transient=True) as bar:
+    with Bar(console=screen_console(stderr=True), transient=True) as bar:
         task = bar.add_task(f"load {shape.kind}", total=shape.requests)
 
         def update(done: int, total: int) -> None:
@@ -40,18 +41,18 @@ def load_warnings(result: BenchResult, console: Console) -> None:
     for case in result.cases:
         for note in case.notes:
             if note.startswith("invalid:") or note.startswith("every request failed"):
-                console.print(f"[yellow]warning:[/] {case.name}: {note}", highlight=False)
+                console.print(Text.assemble(("warning:", "yellow"), f" {case.name}: {note}"), highlight=False)
 
 
 FORMULAS = ("ttft = first content chunk − send", "e2e = last content chunk − send",
             "tpot = (e2e − ttft)/(output tokens − 1)", "chunk gap = every gap between content chunks",
             "intended = from the scheduled send time (coordinated omission); lag = send − scheduled send")
 # (metric, summary field, header): the default columns, then what `--wide` adds.
-LATENCIES = (("ttft_s", "p50", "TTFT\nP50"), ("ttft_s", "p95", "TTFT\nP95"), ("tpot_s", "p50", "TPOT\nP50"),
-             ("tpot_s", "p95", "TPOT\nP95"))
-WIDE_LATENCIES = (("e2e_s", "p95", "e2e\nP95"), ("ttft_from_intended_s", "p95", "TTFT P95\nintended"),
+LATENCIES = ((TTFT_S, "p50", "TTFT\nP50"), (TTFT_S, "p95", "TTFT\nP95"), (TPOT_S, "p50", "TPOT\nP50"),
+             (TPOT_S, "p95", "TPOT\nP95"))
+WIDE_LATENCIES = ((E2E_S, "p95", "e2e\nP95"), (TTFT_FROM_INTENDED_S, "p95", "TTFT P95\nintended"),
                   ("send_lag_s", "p95", "lag\nP95"))
-IMAGE_LATENCIES = (("e2e_s", "p50", "e2e\nP50"), ("e2e_s", "p95", "e2e\nP95"),
+IMAGE_LATENCIES = ((E2E_S, "p50", "e2e\nP50"), (E2E_S, "p95", "e2e\nP95"),
                    ("seconds_per_image", "p50", "s/image\nP50"), ("seconds_per_image", "p95", "s/image\nP95"))
 IMAGE_FORMULAS = ("e2e = whole answer − send; s/image = e2e / images in the answer; img/s = Σ images / duration",)
 
@@ -106,8 +107,10 @@ def _latency_values(result: BenchResult, latencies: Sequence[tuple[str, str, str
 def _row(case: Case, latencies: Sequence[tuple[str, str, str]], factor: float, *, wide: bool,
          images: bool = False) -> list[str | Text]:
     m = {x.name: x for x in case.metrics}
-    sent = int(case.params.get("requests") or 0) or len(m["send_lag_s"].samples if "send_lag_s" in m else ())
-    first = "e2e_s" if images else "ttft_s"
+    # every measured request of every run has a send lag; a count per run times the runs where they are missing
+    lags = m["send_lag_s"].samples if "send_lag_s" in m else ()
+    sent = len(lags) or int(case.params.get("requests") or 0) * max(1, case.runs - len(case.failed_runs))
+    first = E2E_S if images else TTFT_S
     summary = m[first].summary if first in m else None
     ok = summary.n if summary is not None else 0
     valid = Text("yes") if "valid" in case.notes else Text("no", style="red")

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from gpuscout.cost.machine import MachineCheck
-from gpuscout.cost.pick import PickRow
+from gpuscout.cost.pick_row import PickRow
 from gpuscout.estimator.host import HostNeeds
 from gpuscout.hardware.currency import USD, DisplayCurrency
 from gpuscout.report.footnotes import Footnotes

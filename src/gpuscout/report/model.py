@@ -11,6 +11,7 @@ from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.numbers import exact, gib, size
 from gpuscout.workload.image import ImageModelShape
+from gpuscout.workload.model import Model
 from gpuscout.workload.presets import LlmPreset
 from gpuscout.workload.shape import ModelShape
 from gpuscout.workload.video import VideoModelShape
@@ -88,7 +89,7 @@ def preset_table(presets: Sequence[LlmPreset], image_ids: Sequence[str],
     return Group(table, notes.flush())
 
 
-def model_screen(shape: ModelShape | ImageModelShape | VideoModelShape, weights: Mapping[str, int],
+def model_screen(shape: Model, weights: Mapping[str, int],
                  kv_per_token: Mapping[str, int]) -> RenderableType:
     """A language model's shape with its weights and KV cache, or an image or video model's components."""
     if isinstance(shape, ImageModelShape):

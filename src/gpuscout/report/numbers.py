@@ -13,6 +13,7 @@ import math
 from collections.abc import Sequence
 
 from gpuscout.hardware.currency import currency_sign  # one symbol table for screens and sentences
+from gpuscout.units import DAY_S, HOUR_S
 
 KIB, MIB, GIB, TIB = 1024, 1024**2, 1024**3, 1024**4
 _IEC = (("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB))
@@ -100,11 +101,11 @@ def duration(value: float) -> str:
         return "n/a"
     if value < 120:
         return f"{value:.0f} s" if value >= 1 else seconds(value)
-    if value < 2 * 3600:
+    if value < 2 * HOUR_S:
         return f"{value / 60:.0f} min"
-    if value < 3 * 86400:
-        return f"{value / 3600:.1f} h"
-    return f"{value / 86400:,.1f} d"
+    if value < 3 * DAY_S:
+        return f"{value / HOUR_S:.1f} h"
+    return f"{value / DAY_S:,.1f} d"
 
 
 def duration_band(low: float, high: float) -> str:

@@ -22,11 +22,9 @@ from gpuscout.results.beside import EstimateBeside
 from gpuscout.results.schema import BenchResult
 from gpuscout.trace.llm import TraceResult
 from gpuscout.workload.image import ImageModelShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Slo, VideoJob
-from gpuscout.workload.shape import ModelShape
+from gpuscout.workload.job import Job, Slo
+from gpuscout.workload.model import Model
 from gpuscout.workload.video import VideoModelShape
-
-Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
 
 
 def estimate_payload(job: Job, screening: Screening, trace: TraceResult | None = None,
@@ -91,7 +89,7 @@ def load_payload(result: BenchResult, costs: Sequence[LoadCost], search: SearchR
     return payload
 
 
-def model_payload(shape: ModelShape | ImageModelShape | VideoModelShape, weights: dict[str, int],
+def model_payload(shape: Model, weights: dict[str, int],
                   kv_by_dtype: dict[str, int]) -> dict[str, Any]:
     if isinstance(shape, ImageModelShape):
         return {"kind": "image", **shape.model_dump(), "params_total": shape.params_total}

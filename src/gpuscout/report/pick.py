@@ -21,7 +21,8 @@ from rich.text import Text
 
 from gpuscout.cost.billing import JobCost
 from gpuscout.cost.calculator import BilledCost, PlainCost
-from gpuscout.cost.pick import PickResult, PickRow
+from gpuscout.cost.pick import PickResult
+from gpuscout.cost.pick_row import PickRow
 from gpuscout.estimator.calibration import Calibration
 from gpuscout.estimator.fit import Suggestion
 from gpuscout.hardware.currency import USD, DisplayCurrency, ExchangeRate

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from gpuscout.measure.progress import Advance, StepProgress
+from gpuscout.report.escape import screen_console
 
 
 def step_bar(title: str, console: Console | None = None) -> StepProgress:
@@ -19,7 +20,7 @@ def step_bar(title: str, console: Console | None = None) -> StepProgress:
     @contextmanager
     def bar(total: int) -> Iterator[Advance]:
         with Progress(SpinnerColumn(), TextColumn(f"[bold]{title}[/] {{task.description}}"), BarColumn(),
-                      MofNCompleteColumn(), TimeElapsedColumn(), console=console or Console(stderr=True),
+                      MofNCompleteColumn(), TimeElapsedColumn(), console=console or screen_console(stderr=True),
                       transient=True) as shown:
             task = shown.add_task("", total=total)
 

@@ -9,20 +9,19 @@ of a depth-sliced case). This is how a user sees how far to trust the estimate o
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, computed_field
+from pydantic import computed_field
 
 from gpuscout.errors import GpuscoutError
-from gpuscout.estimator.memory import Job, Model, estimate_memory
+from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.speed.estimate import estimate_speed
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.results.schema import BenchResult, Case
+from gpuscout.workload.job import Job
+from gpuscout.workload.model import Model
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class BesideRow(_Frozen):
+class BesideRow(Frozen):
     metric: str
     unit: str
     estimate: float
@@ -35,7 +34,7 @@ class BesideRow(_Frozen):
         return self.measured / self.estimate
 
 
-class EstimateBeside(_Frozen):
+class EstimateBeside(Frozen):
     """The estimate for the bench's GPU beside the measurement, or why there is none."""
 
     gpu_sku: str | None

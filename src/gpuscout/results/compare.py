@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.results.fairness import (
     Fairness,
@@ -29,7 +30,7 @@ from gpuscout.results.fairness import (
     unfair_error,
 )
 from gpuscout.results.ratios import CompareOptions, Ratio, noise, ratio
-from gpuscout.results.schema import BenchResult, Case, Failure, Frozen, Metric, PeakMemory
+from gpuscout.results.schema import BenchResult, Case, Failure, Metric, PeakMemory
 
 # Case parameters that are sizes of the work: a case whose size differs from the job's is other work.
 SIZE_KEYS = frozenset({"concurrency", "micro_batch", "seq_len", "batch", "width", "height", "steps",

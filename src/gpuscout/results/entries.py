@@ -12,17 +12,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
+from gpuscout.frozen import Frozen
 from gpuscout.host import package_version
 
 _MAX_TEXT = 200  # characters kept of a name, job or machine in the index (the payload keeps all)
-
-
-class Frozen(BaseModel):
-    """As `results.schema.Frozen`, without importing the schema (and numpy): listing runs stays fast."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Entry(Frozen):

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit
 
 from gpuscout.errors import GpuscoutError
-from gpuscout.results.schema import BenchResult, Frozen
+from gpuscout.frozen import Frozen
+from gpuscout.results.schema import BenchResult
 
 ABSENT = "(absent)"
 

@@ -26,8 +26,9 @@ from typing import Literal
 from pydantic import Field, ValidationError
 
 from gpuscout.errors import option_error
+from gpuscout.frozen import Frozen
 from gpuscout.results.runs import metric_runs
-from gpuscout.results.schema import Frozen, Metric
+from gpuscout.results.schema import Metric
 from gpuscout.stats import bootstrap_ratio_ci, run_mean, welch_log_ratio_ci
 
 BOOTSTRAP_SEED = 0  # fixed, so the same files always give the same intervals

@@ -12,8 +12,9 @@ import math
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from gpuscout.frozen import Frozen
 from gpuscout.stats import Summary
 
 # 2: cases merge independent runs (per-run samples, between-run variation, telemetry per run);
@@ -33,12 +34,17 @@ ResultKind = Literal["finetune", "inference", "image", "video", "probe", "load",
 # unreachable: a URL that did not answer (doctor --url)
 FailureKind = Literal["oom", "crash", "unsupported", "timeout", "interrupted", "unreachable"]
 Scalar = str | int | float | bool | None
+
+# Metric names every writer and reader of a serving case shares (the bench, the load generator, the
+# estimator's metrics, the pick's SLO check, the reports): time to first token, time per output token
+# after it, request end to end, and the two measured from the intended send (coordinated omission).
+TTFT_S = "ttft_s"
+TPOT_S = "tpot_s"
+E2E_S = "e2e_s"
+TTFT_FROM_INTENDED_S = "ttft_from_intended_s"
+E2E_FROM_INTENDED_S = "e2e_from_intended_s"
 # How the machine was rented: the tiers a price sheet knows (`hardware.offers.Tier`, kept equal by a test).
 BillingType = Literal["on-demand", "spot", "reserved"]
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class RunSamples(Frozen):
@@ -99,7 +105,7 @@ class Failure(Frozen):
     case: str
     kind: FailureKind
     message: str
-    size: dict[str, Scalar] = {}  # the size that failed: micro_batch, seq_len, concurrency …
+    size: dict[str, Scalar] = Field(default_factory=dict)  # the size that failed: micro_batch, seq_len, concurrency …
 
 
 # --- Telemetry (recorded by `measure.telemetry` during every bench case, docs/measurement.md §1.13) ---
@@ -277,7 +283,8 @@ class DoctorVerdict(Frozen):
     outcome: DoctorOutcome
     text: str
     findings: tuple[DoctorFinding, ...] = ()
-    expected: dict[str, Scalar] = {}  # what the box was held against: offer id, SKU, GPU count, memory, cores, RAM
+    # what the box was held against: offer id, SKU, GPU count, memory, cores, RAM
+    expected: dict[str, Scalar] = Field(default_factory=dict)
     machine: MachineIdentity = MachineIdentity()
     startup_s: float | None = Field(None, ge=0)  # creation → GPU ready, measured (pick --doctor uses it)
     startup_origin: str | None = None  # "created_at" (given) or "boot" (the machine's boot time)

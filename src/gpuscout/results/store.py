@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from gpuscout.errors import SpecError
 from gpuscout.outfile import write_atomic
 from gpuscout.results.schema import MAX_MAGNITUDE, READABLE_VERSIONS, SCHEMA_VERSION, BenchResult, check_samples
-from gpuscout.userfile import MAX_RESULT_BYTES, printable, read_user_json, walk
+from gpuscout.userfile import MAX_RESULT_BYTES, first_invalid_field, printable, read_user_json, walk
 
 _FIX = "Pass a file written by `gpuscout bench -o FILE` or `gpuscout load -o FILE`; re-run it if it was cut off."
 _MAX_INT = 2**63  # results are int64 everywhere they are read (numpy, pandas, JSON tools)
@@ -42,9 +42,7 @@ def parse_result(data: Any, path: Path | str) -> BenchResult:
     try:
         result = BenchResult.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(printable(str(p), 40) for p in first["loc"])
-        raise SpecError(f"{path} is not a valid gpuscout result: {where}: {printable(first['msg'])}.",
+        raise SpecError(f"{path} is not a valid gpuscout result: {first_invalid_field(exc)}.",
                         f"{len(exc.errors())} field(s) do not match schema version {SCHEMA_VERSION}.",
                         "Re-run the benchmark; do not edit result files by hand.") from None
     # On the validated model, not the JSON: pydantic reads the string "nan" or "1e999" as a float.

@@ -17,25 +17,20 @@ this order (docs/measurement.md §1.4):
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal, Protocol
 
-from gpuscout.hardware.currency import amount_text
+from gpuscout.frozen import Frozen
 from gpuscout.results.compare import Comparison, Headline, short_name
 from gpuscout.results.ratios import DECISIVE, Ratio
-from gpuscout.results.schema import Frozen
 
 Outcome = Literal["winner", "no difference", "unfair", "disturbed", "inconclusive"]
 
 
-class CostPoint(Frozen):
-    """What the verdict needs of a machine's bill (built by `cost.measured`)."""
+class PricedSide(Protocol):
+    """One machine's bill, priced by the cost layer (`cost.verdict.CostPoint`): results know nothing of
+    prices, so the decision on total cost is the bill's own, given the comparison and every side's bill."""
 
-    total_usd: float
-    low_usd: float | None  # at the ends of the throughput's 95% CI
-    high_usd: float | None
-    price_note: str  # "Lambda's 2026-09-20 price"
-    currency: str = "USD"  # the currency the verdict shows amounts in (docs/cost.md §3)
-    usd_per_unit: float = 1.0  # what one unit of it is worth in USD
+    def cost_verdict(self, comparison: Comparison, costs: Sequence[Any]) -> tuple[str | None, str]: ...
 
 
 class Verdict(Frozen):
@@ -46,7 +41,7 @@ class Verdict(Frozen):
     reasons: tuple[str, ...] = ()
 
 
-def decide(comparison: Comparison, costs: Sequence[CostPoint] | None = None) -> Verdict:
+def decide(comparison: Comparison, costs: Sequence[PricedSide] | None = None) -> Verdict:
     """One paragraph: the winner on total cost (time breaks ties), or on time when there are no prices."""
     objective: Literal["total cost", "time"] = "total cost" if costs else "time"
     if comparison.kind == "doctor":
@@ -55,7 +50,7 @@ def decide(comparison: Comparison, costs: Sequence[CostPoint] | None = None) -> 
     if gate is not None:
         return gate
     caution = _caution(comparison)
-    winner, text = _cost_verdict(comparison, costs) if costs else _time_verdict(comparison)
+    winner, text = costs[0].cost_verdict(comparison, costs) if costs else _time_verdict(comparison)
     reasons = _tie_reasons(comparison) if winner is None else ()
     return Verdict(winner=winner, objective=objective, outcome="winner" if winner else "no difference",
                    text=caution + text, reasons=reasons)
@@ -146,7 +141,7 @@ def _tie_reasons(comparison: Comparison) -> tuple[str, ...]:
     return tuple(dict.fromkeys(f"{hl.metric}: {r.finding} ({r.reason})" for r in found))
 
 
-def _than(comparison: Comparison, j: int) -> str:
+def than(comparison: Comparison, j: int) -> str:
     """" than A", or nothing when there are only two machines."""
     return "" if len(comparison.machines) == 2 else f" than {comparison.machines[j].label}"
 
@@ -159,12 +154,12 @@ def _time_verdict(comparison: Comparison) -> tuple[str | None, str]:
     best = max(range(len(machines)), key=lambda j: hl.advantage[0][j].advantage or 0.0)
     others = [j for j in range(len(machines)) if j != best]
     tied = [j for j in others if hl.advantage[j][best].finding != "better"]
-    speed = " and ".join(_speed_phrase(hl, best, j, _than(comparison, j)) for j in others)
+    speed = " and ".join(speed_phrase(hl, best, j, than(comparison, j)) for j in others)
     basis = f", from the measured {hl.metric}{' (extrapolated to full depth)' if hl.extrapolated else ''} " \
             f"of case {hl.case}{_runs_note(hl)}"
     if tied:
         names = " and ".join(short_name(machines[j]) for j in (best, *tied))
-        word = _tie_word([hl.advantage[j][best] for j in tied])
+        word = tie_word([hl.advantage[j][best] for j in tied])
         return None, (f"No {word} difference in speed between {names}: {machines[best].label} {speed}{basis}. "
                       "Add prices (--offers) to decide on total cost.")
     return machines[best].label, f"{short_name(machines[best])} {speed}{basis}."
@@ -175,73 +170,12 @@ def _runs_note(hl: Headline) -> str:
     return f" ({'/'.join(str(n) for n in runs)} run{'s' if runs != [1] else ''} per side)"
 
 
-def _cost_verdict(comparison: Comparison, costs: Sequence[CostPoint]) -> tuple[str | None, str]:
-    machines, hl = comparison.machines, comparison.headline
-    cheapest = min(range(len(costs)), key=lambda j: costs[j].total_usd)
-    others = [j for j in range(len(costs)) if j != cheapest]
-    tied = [j for j in others if not _cheaper(costs[cheapest], costs[j], comparison.options.min_effect)]
-    prices = _price_notes([costs[cheapest], *(costs[j] for j in others)])
-    if not tied:
-        saving = " and ".join(_cost_phrase(costs, cheapest, j, _than(comparison, j), first=n == 0)
-                              for n, j in enumerate(others))
-        text = f"{short_name(machines[cheapest])} costs {saving}, {prices}"
-        if hl is not None:
-            text += ", and " + " and ".join(_speed_phrase(hl, cheapest, j, _than(comparison, j)) for j in others)
-        return machines[cheapest].label, text + "."
-    group = [cheapest, *tied]
-    names = " and ".join(short_name(machines[j]) for j in group)
-    overlap = any(not _cheaper(costs[cheapest], costs[j], 0.0) for j in tied)
-    text = (f"No {'measurable' if overlap else 'meaningful'} difference in total cost between {names} "
-            f"({' vs '.join(_usd_range(costs[j]) for j in group)}, {prices}); time breaks the tie: ")
-    if hl is None:
-        return None, text + "but no whole-job throughput is common to all results."
-    fastest = max(group, key=lambda j: hl.advantage[0][j].advantage or 0.0)
-    rest = [j for j in group if j != fastest]
-    if all(hl.advantage[j][fastest].finding == "better" for j in rest):
-        speed = " and ".join(_speed_phrase(hl, fastest, j, f" than {machines[j].label}") for j in rest)
-        return machines[fastest].label, text + f"{machines[fastest].label} {speed}."
-    word = _tie_word([hl.advantage[j][fastest] for j in rest])
-    return None, text + f"there is no {word} difference in speed either; either machine will do."
-
-
-def _tie_word(ratios: Sequence[Ratio]) -> str:
+def tie_word(ratios: Sequence[Ratio]) -> str:
     """"measurable" when every interval includes 1, else "meaningful" (below the minimum effect or the floor)."""
     return "measurable" if all(r.finding == "no measurable difference" for r in ratios) else "meaningful"
 
 
-def _cheaper(a: CostPoint, b: CostPoint, min_effect: float) -> bool:
-    """a is measurably and meaningfully cheaper than b: its cost range lies below b's, and it saves at
-    least the minimum effect (point totals when a side has no range)."""
-    meaningful = a.total_usd <= b.total_usd * (1 - min_effect)
-    if a.high_usd is not None and b.low_usd is not None:
-        return a.high_usd < b.low_usd and meaningful
-    return meaningful
-
-
-def _cost_phrase(costs: Sequence[CostPoint], i: int, j: int, than: str, *, first: bool) -> str:
-    a, b = costs[i].total_usd, costs[j].total_usd
-    share = (b - a) / b if b else 0.0
-    shown = costs[i]
-    return f"{share:.0%} less{' in total' if first else ''}{than} ({_amount(a, shown)} vs {_amount(b, shown)})"
-
-
-def _usd_range(cost: CostPoint) -> str:
-    if cost.low_usd is None or cost.high_usd is None:
-        return _amount(cost.total_usd, cost)
-    return f"{_amount(cost.total_usd, cost)} ({_amount(cost.low_usd, cost)}–{_amount(cost.high_usd, cost)})"
-
-
-def _amount(usd: float, cost: CostPoint) -> str:
-    """A USD amount in the currency the report is shown in: '$12.34', 'CN¥88.14'."""
-    return amount_text(usd / cost.usd_per_unit, cost.currency)
-
-
-def _price_notes(costs: Sequence[CostPoint]) -> str:
-    notes = list(dict.fromkeys(c.price_note for c in costs))
-    return "at " + (notes[0] if len(notes) == 1 else ", ".join(notes[:-1]) + " and " + notes[-1])
-
-
-def _speed_phrase(hl: Headline, i: int, j: int, than: str) -> str:
+def speed_phrase(hl: Headline, i: int, j: int, than: str) -> str:
     """How machine i's job time compares with machine j's, from the throughput advantage of i over j."""
     r = hl.advantage[j][i]
     if r.advantage is None:

@@ -20,8 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
+from gpuscout.frozen import Frozen
 from gpuscout.torchmodel.image import (
     ImageAttention,
     ImageDtype,
@@ -44,10 +43,9 @@ from gpuscout.trace.memtrace import (
 from gpuscout.workload.image import ImageModelShape, image_component_configs, load_image_preset
 
 
-class ImageTraceResult(BaseModel):
+class ImageTraceResult(Frozen):
     """Peak memory of one denoiser forward and one VAE decode, each beyond its resident weights."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     denoiser_peak_bytes: int
     vae_decode_peak_bytes: int

@@ -21,9 +21,8 @@ import warnings
 from contextlib import nullcontext
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.errors import GpuscoutError
+from gpuscout.frozen import Frozen
 from gpuscout.torchmodel.llm import (
     OffloadLedger,
     apply_lora,
@@ -79,10 +78,9 @@ _NOTE_PEAK_SEMANTICS = (
 _WARMUP_SEQ_LEN = 8
 
 
-class TraceResult(BaseModel):
+class TraceResult(Frozen):
     """Peak memory of one traced step, by category, as MemTracker saw it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     kind: Literal["finetune", "inference"]
     peak_bytes: dict[str, int]

@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuscout.errors import GpuscoutError
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
 
 if TYPE_CHECKING:
     from gpuscout.trace.llm import TraceResult
-    from gpuscout.workload.image import ImageModelShape
+    from gpuscout.workload.model import Model
     from gpuscout.workload.shape import ModelShape
-    from gpuscout.workload.video import VideoModelShape
 
 
 @dataclass(frozen=True)
@@ -36,8 +35,7 @@ class TraceSkipped:
     reason: str  # why no trace was made
 
 
-def trace_scoped(job: FinetuneJob | InferenceJob | ImageJob | VideoJob,
-                 model: ModelShape | ImageModelShape | VideoModelShape, base_dir: Path | None,
+def trace_scoped(job: Job, model: Model, base_dir: Path | None,
                  layers: int | None) -> ScopedTrace | TraceSkipped:
     """Trace the job's real model as one process on one device, `layers` deep when given.
 

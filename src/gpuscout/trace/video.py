@@ -20,8 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
+from gpuscout.frozen import Frozen
 from gpuscout.torchmodel.image import ImageAttention, build_image_model
 from gpuscout.torchmodel.video import ltx_transformer_inputs
 from gpuscout.trace.image import _as_module, _phase_peak, weight_bytes
@@ -30,10 +29,9 @@ from gpuscout.workload.job import ImageDtype
 from gpuscout.workload.video import VideoModelShape, check_video_size, load_video_preset, video_component_configs
 
 
-class VideoTraceResult(BaseModel):
+class VideoTraceResult(Frozen):
     """Peak bytes of one transformer forward and one VAE decode (at `batch`), each beyond its weights."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     denoiser_peak_bytes: int
     vae_decode_peak_bytes: int

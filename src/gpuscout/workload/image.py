@@ -13,8 +13,9 @@ from typing import Any, Literal, Self
 
 from pydantic import model_validator
 
+from gpuscout.frozen import Frozen
 from gpuscout.workload.preset_names import PresetFolder
-from gpuscout.workload.shape import DTYPE_BYTES, Frozen
+from gpuscout.workload.shape import DTYPE_BYTES
 
 
 class ImageComponent(Frozen):

@@ -16,9 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from gpuscout.errors import SpecError
+from gpuscout.frozen import Frozen
 from gpuscout.userfile import MAX_JOB_BYTES, printable, read_user_toml, shown
 
 Precision = Literal["fp32", "bf16_mixed", "bf16", "fp16_mixed"]
@@ -55,9 +56,9 @@ Name = Annotated[str, Field(max_length=MAX_NAME)]
 ModelRef = Annotated[str, Field(min_length=1, max_length=MAX_MODEL_REF)]
 
 
-class Spec(BaseModel):
+class Spec(Frozen):
     # allow_inf_nan=False: `epochs = inf` or `nan` would turn every runtime and cost into inf or NaN.
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(allow_inf_nan=False)
 
 
 class Lora(Spec):
@@ -316,13 +317,14 @@ class VideoJob(Spec):
         return self
 
 
-Job = Annotated[FinetuneJob | InferenceJob | ImageJob | VideoJob, Field(discriminator="kind")]
-_JOB_ADAPTER: TypeAdapter[FinetuneJob | InferenceJob | ImageJob | VideoJob] = TypeAdapter(Job)
+# Any job: the one name for the four kinds, used wherever a function takes any of them.
+Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
+_JOB_ADAPTER: TypeAdapter[Job] = TypeAdapter(Annotated[Job, Field(discriminator="kind")])
 
 
 def parse_job(
     data: dict[str, Any], *, origin: str = "job spec"
-) -> FinetuneJob | InferenceJob | ImageJob | VideoJob:
+) -> Job:
     """Validate a job spec already read into a dict; errors name the field and the fix."""
     if "kind" not in data:
         raise SpecError(
@@ -336,7 +338,7 @@ def parse_job(
         raise _spec_error(origin, exc) from None
 
 
-def load_job(path: Path) -> FinetuneJob | InferenceJob | ImageJob | VideoJob:
+def load_job(path: Path) -> Job:
     """Read a TOML job spec. Malformed TOML points at the line; invalid values name the field."""
     fix = "Check the path; examples live in examples/*.toml."
     data = read_user_toml(path, "job spec", fix, max_bytes=MAX_JOB_BYTES)

@@ -15,15 +15,10 @@ from pathlib import Path
 
 from gpuscout.errors import SpecError
 from gpuscout.workload.colocated import resolve_colocated
-from gpuscout.workload.image import ImageModelShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob, load_job, parse_job
+from gpuscout.workload.job import ImageJob, InferenceJob, Job, VideoJob, load_job, parse_job
+from gpuscout.workload.model import Model
 from gpuscout.workload.resolve import resolve_image, resolve_llm, resolve_video
-from gpuscout.workload.shape import ModelShape
 from gpuscout.workload.validate import validate_llm_job
-from gpuscout.workload.video import VideoModelShape
-
-Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
-Model = ModelShape | ImageModelShape | VideoModelShape
 
 
 def examples_dir() -> Path:

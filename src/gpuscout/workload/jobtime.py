@@ -21,9 +21,7 @@ from __future__ import annotations
 import math
 
 from gpuscout.workload.flops import data_tokens_per_row, micro_batches_per_rank
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
-
-Job = FinetuneJob | InferenceJob | ImageJob | VideoJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
 
 
 def job_repeats(job: Job, *, concurrency: int | None = None) -> tuple[float, str]:

@@ -14,9 +14,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.errors import UnknownNameError
+from gpuscout.frozen import Frozen
 from gpuscout.userfile import shown
 from gpuscout.workload.hf_config import shape_from_hf_config
 from gpuscout.workload.shape import ModelShape
@@ -26,10 +25,9 @@ _PRESET_DIR = "llm_presets"
 _VARIANT_SUFFIXES = ("-instruct", "-chat", "-hf", "-it", "-pt", "-base")
 
 
-class LlmPreset(BaseModel):
+class LlmPreset(Frozen):
     """One row of `llm_presets/index.toml`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     id: str
     name: str

@@ -9,6 +9,7 @@ from gpuscout.errors import UnknownNameError
 from gpuscout.workload.checkpoint import read_checkpoint_weights
 from gpuscout.workload.hf_config import load_hf_config, shape_from_hf_config
 from gpuscout.workload.image import ImageModelShape, image_preset_ids, load_image_preset
+from gpuscout.workload.model import Model
 from gpuscout.workload.presets import llm_preset_config, llm_preset_ids, load_llm_preset
 from gpuscout.workload.shape import ModelShape
 from gpuscout.workload.video import VideoModelShape, load_video_preset, video_preset_ids
@@ -38,7 +39,7 @@ def resolve_video(ref: str) -> VideoModelShape:
     return load_video_preset(ref)
 
 
-def resolve_any(ref: str, *, base_dir: Path | None = None) -> ModelShape | ImageModelShape | VideoModelShape:
+def resolve_any(ref: str, *, base_dir: Path | None = None) -> Model:
     """For `gpuscout model`: a language model if the name is one, else an image or video model preset."""
     try:
         return resolve_llm(ref, base_dir=base_dir)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from gpuscout.frozen import Frozen
 
 # Bytes per element of the storage dtypes gpuscout names. Sub-byte formats are fractional.
 DTYPE_BYTES: dict[str, float] = {
@@ -23,10 +23,6 @@ DTYPE_BYTES: dict[str, float] = {
     "int4": 0.5,
     "nf4": 0.5,
 }
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class LinearGroup(Frozen):

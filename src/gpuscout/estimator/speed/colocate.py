@@ -20,6 +20,7 @@ from gpuscout.estimator.efficiency import Efficiency
 from gpuscout.estimator.speed.roofline import SpeedEstimate
 from gpuscout.estimator.speed.serve import estimate_inference_speed
 from gpuscout.hardware.catalog import Gpu
+from gpuscout.results.schema import E2E_S, TPOT_S, TTFT_S
 from gpuscout.workload.colocated import labels, require_colocated, served_jobs
 from gpuscout.workload.job import InferenceJob
 from gpuscout.workload.shape import ModelShape
@@ -39,7 +40,7 @@ def estimate_colocated_speed(job: InferenceJob, shape: ModelShape, gpu: Gpu, *, 
     names = labels(job)
     main, others = alone[0], alone[1:]
     interleaved = sum(o.metrics["decode_step_s"] for o in others)
-    ttft, tpot = main.metrics["ttft_s"] + interleaved, main.metrics["tpot_s"] + interleaved
+    ttft, tpot = main.metrics[TTFT_S] + interleaved, main.metrics[TPOT_S] + interleaved
     job_s = sum(a.job_s for a in alone)
     requests, tokens = (sum(a.units[k] for a in alone) for k in ("requests", "output_tokens"))
     heaviest = max(alone, key=lambda a: a.job_s)
@@ -49,7 +50,7 @@ def estimate_colocated_speed(job: InferenceJob, shape: ModelShape, gpu: Gpu, *, 
     return SpeedEstimate(
         job_kind="inference", gpu_sku=gpu.sku, gpus=tp, job_s=job_s, job_low_s=low, job_high_s=high,
         bound=heaviest.bound,
-        metrics={"ttft_s": ttft, "tpot_s": tpot, "e2e_s": ttft + (job.output_tokens - 1) * tpot,
+        metrics={TTFT_S: ttft, TPOT_S: tpot, E2E_S: ttft + (job.output_tokens - 1) * tpot,
                  "decode_step_s": main.metrics["decode_step_s"], "output_tokens_per_s": tokens / job_s,
                  "requests_per_s": requests / job_s},
         units={"requests": requests, "output_tokens": tokens},

@@ -16,7 +16,7 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from gpuscout.estimator.efficiency import Efficiency, calibrated, default_efficiency
-from gpuscout.estimator.memory import Job, Model, kind_mismatch
+from gpuscout.estimator.memory import kind_mismatch
 from gpuscout.estimator.speed.colocate import estimate_colocated_speed
 from gpuscout.estimator.speed.image import estimate_image_speed
 from gpuscout.estimator.speed.roofline import Bound, PhaseTime, SpeedEstimate
@@ -25,7 +25,8 @@ from gpuscout.estimator.speed.train import estimate_finetune_speed
 from gpuscout.estimator.speed.video import estimate_video_speed
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.image import ImageModelShape
-from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob
+from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, Job, VideoJob
+from gpuscout.workload.model import Model
 from gpuscout.workload.shape import ModelShape
 from gpuscout.workload.video import VideoModelShape
 

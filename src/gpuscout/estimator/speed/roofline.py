@@ -15,20 +15,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from gpuscout.errors import SpecError
 from gpuscout.estimator.efficiency import Efficiency
+from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu
 
 Bound = Literal["compute", "memory", "communication"]
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class PhaseTime(_Frozen):
+class PhaseTime(Frozen):
     """One occurrence of a phase; `formula` says how often it happens in the job."""
 
     name: str
@@ -43,7 +38,7 @@ class PhaseTime(_Frozen):
     formula: str
 
 
-class SpeedEstimate(_Frozen):
+class SpeedEstimate(Frozen):
     job_kind: Literal["finetune", "inference", "image", "video"]
     gpu_sku: str
     gpus: int
@@ -58,7 +53,7 @@ class SpeedEstimate(_Frozen):
     notes: tuple[str, ...]
 
 
-class Rates(_Frozen):
+class Rates(Frozen):
     """Peak rates one phase runs against: the dtype's tensor peak, memory and link bandwidth."""
 
     flops_per_s: float

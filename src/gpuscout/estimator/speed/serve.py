@@ -43,6 +43,7 @@ from gpuscout.estimator.speed.roofline import (
     tflop,
 )
 from gpuscout.hardware.catalog import Gpu, peak_flops_per_s
+from gpuscout.results.schema import E2E_S, TPOT_S, TTFT_S
 from gpuscout.workload.job import InferenceJob
 from gpuscout.workload.shape import DTYPE_BYTES, ModelShape
 
@@ -227,7 +228,7 @@ def _summarise(
         job_kind="inference", gpu_sku=gpu.sku, gpus=tp, job_s=job_s, job_low_s=low, job_high_s=high,
         bound=dominant(weights),
         metrics={
-            "ttft_s": ttft, "tpot_s": tpot, "e2e_s": e2e, "decode_step_s": decode.seconds,
+            TTFT_S: ttft, TPOT_S: tpot, E2E_S: e2e, "decode_step_s": decode.seconds,
             "output_tokens_per_s": job.requests * out / job_work, "requests_per_s": job.requests / job_work,
         },
         units={"requests": float(job.requests), "output_tokens": float(job.requests * out)},

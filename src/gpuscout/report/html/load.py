@@ -14,14 +14,14 @@ from gpuscout.documents.kinds import RunDoc
 from gpuscout.report.html.parts import Html, bullets, figure, para, table
 from gpuscout.report.html.svg import Canvas, color, label
 from gpuscout.report.numbers import common_unit, in_unit, money, percent, seconds, sig
-from gpuscout.results.schema import Case, Metric
+from gpuscout.results.schema import TPOT_S, TTFT_S, Case, Metric
 from gpuscout.workload.job import Slo
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 # (metric, SLO field, what): the latencies drawn against throughput.
-LATENCIES = (("ttft_s", "ttft_p95_s", "TTFT"), ("tpot_s", "tpot_p95_s", "TPOT"))
+LATENCIES = ((TTFT_S, "ttft_p95_s", "TTFT"), (TPOT_S, "tpot_p95_s", "TPOT"))
 
 
 @dataclass(frozen=True)
@@ -185,10 +185,10 @@ def _value(case: Case, name: str) -> float | None:
 
 def load_tables(doc: RunDoc) -> list[Html]:
     cases = doc.result.cases
-    lat = [q for c in cases for name in ("ttft_s", "tpot_s") for q in _quantiles(c, name) if q is not None]
+    lat = [q for c in cases for name in (TTFT_S, TPOT_S) for q in _quantiles(c, name) if q is not None]
     unit, factor = common_unit(lat, "s")
     rows = [[c.name, _count(c), _sig(_value(c, "requests_per_s")), _sig(_value(c, "output_tokens_per_s")),
-             *(in_unit(q, factor) for name in ("ttft_s", "tpot_s") for q in _quantiles(c, name)),
+             *(in_unit(q, factor) for name in (TTFT_S, TPOT_S) for q in _quantiles(c, name)),
              _sig(_value(c, "goodput_rps")), percent(_value(c, "error_rate") or 0.0, 1),
              "no" if any(n.startswith("invalid:") for n in c.notes) else "yes"] for c in cases]
     out = [table(["level", "requests", "req/s", "out tok/s", f"TTFT P50 {unit}", f"TTFT P95 {unit}",
@@ -207,7 +207,7 @@ def load_tables(doc: RunDoc) -> list[Html]:
 
 
 def _count(case: Case) -> str:
-    m = _metric(case, "ttft_s")
+    m = _metric(case, TTFT_S)
     return str(m.summary.n) if m is not None and m.summary is not None else "—"
 
 

@@ -4,13 +4,15 @@
 handed to `tag`, `table` or `para` is escaped with `html.escape(…, quote=True)`, so a model name
 like `<script>` or `" onmouseover="` reads as text. No attribute value comes from a result except
 through `html.escape`, and the report makes no links from result data at all (a `javascript:` URL
-is text like any other).
+is text like any other). Control characters are shown as escapes (`escape.printable`), as on a screen.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Iterable, Sequence
+
+from gpuscout.report.escape import printable
 
 
 class Html(str):
@@ -23,7 +25,7 @@ Content = str | Html | Iterable["str | Html"]
 
 
 def esc(text: object) -> Html:
-    return text if isinstance(text, Html) else Html(html.escape(str(text), quote=True))
+    return text if isinstance(text, Html) else Html(html.escape(printable(str(text)), quote=True))
 
 
 def join(parts: Iterable[str | Html]) -> Html:

@@ -6,13 +6,14 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from gpuscout.cost.pick import PickRow
+from gpuscout.cost.pick_row import PickRow
 from gpuscout.documents.kinds import PickDoc
 from gpuscout.hardware.currency import DisplayCurrency, from_usd
 from gpuscout.report.html.parts import Html, bullets, details, figure, para, shorten, table, tag
 from gpuscout.report.html.svg import Canvas, color, log_scale
 from gpuscout.report.numbers import duration, duration_band
 from gpuscout.report.pick import TOP, plan_words, rates_text, shown_money, shown_rows, unit_costs
+from gpuscout.units import HOUR_S
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -82,7 +83,7 @@ def _scales(ax: Axes, rows: Sequence[PickRow], shown: DisplayCurrency) -> None:
 
 
 def _hours(row: PickRow) -> float:
-    return (row.runtime_s or 0.0) / 3600
+    return (row.runtime_s or 0.0) / HOUR_S
 
 
 def _tip(row: PickRow, shown: DisplayCurrency) -> str:

@@ -20,12 +20,12 @@ from gpuscout.report.html.svg import Canvas, color, label
 from gpuscout.report.numbers import common_unit, in_unit, value_in
 from gpuscout.results.entries import describe
 from gpuscout.results.fairness import labels
-from gpuscout.results.schema import Case, Metric
+from gpuscout.results.schema import TPOT_S, TTFT_S, Case, Metric
 from gpuscout.workload.job import Slo
 
 # (metric, what it is): the timings whose spread matters, in the order drawn.
-DISTRIBUTIONS = (("step_s", "step time", "training step time"), ("ttft_s", "TTFT", "time to first token (TTFT)"),
-                 ("tpot_s", "TPOT", "time per output token (TPOT)"),
+DISTRIBUTIONS = (("step_s", "step time", "training step time"), (TTFT_S, "TTFT", "time to first token (TTFT)"),
+                 (TPOT_S, "TPOT", "time per output token (TPOT)"),
                  ("denoiser_step_s", "denoiser step", "denoiser step time"),
                  ("s_per_image", "time per image", "time per image"), ("s_per_clip", "time per clip", "time per clip"))
 MAX_POINTS = 400  # a curve of more samples is drawn through this many evenly spaced quantiles

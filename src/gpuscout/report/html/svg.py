@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from gpuscout.errors import MissingDependencyError
+from gpuscout.report.escape import printable
 from gpuscout.report.html.parts import Html
 
 if TYPE_CHECKING:
@@ -48,8 +49,9 @@ def color(i: int) -> str:
 
 
 def label(text: object, limit: int = 60) -> str:
-    """A result's string as matplotlib text: one line, cut to `limit`, `$` escaped (no mathtext)."""
-    line = " ".join(str(text).split())
+    """A result's string as matplotlib text: one line, cut to `limit`, `$` escaped (no mathtext), control
+    characters shown as escapes (XML forbids them, so the SVG would not parse)."""
+    line = printable(" ".join(str(text).split()))
     line = line if len(line) <= limit else line[: limit - 1] + "…"
     return line.replace("$", r"\$")  # matplotlib reads "\$" as a plain dollar sign, never as mathtext
 
@@ -122,7 +124,7 @@ def _add_titles(group: ET.Element, tip: str | Sequence[str]) -> None:
 
 def _title(text: str) -> ET.Element:
     title = ET.Element(f"{{{SVG_NS}}}title")
-    title.text = text
+    title.text = printable(text)
     return title
 
 
