@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -31,7 +32,8 @@ BODY = b"x" * (1 << 20)
 
 def gpuscout(*args: str, cwd: Path = ROOT, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gpuscout", *args], capture_output=True, text=True, timeout=timeout,
-                          cwd=cwd, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})
+                          cwd=cwd, env={"COLUMNS": "100", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
+                                   **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}})
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -121,6 +123,16 @@ def test_a_url_that_does_not_answer_fails_its_check_and_the_rest_goes_on(tmp_pat
     errors = [f for f in result.doctor.findings if f.status == "error"]
     assert [f.check for f in errors] == ["network"]
     assert any(c.name == "all-reduce" and c.failure is None for c in result.cases)  # the rest went on
+
+
+def test_a_box_held_against_a_gpu_that_shows_none_is_returned(tmp_path: Path) -> None:
+    """--device auto falls back to the CPU here: the GPU the box is held against is not there to check."""
+    out = tmp_path / "d.json"
+    done = gpuscout("doctor", "--quick", "--gpu", "rtx-4090", "-o", str(out), "--no-store", cwd=tmp_path)
+    assert done.returncode == EXIT_CODES["return"] and "Traceback" not in done.stderr
+    assert "RETURN  Return it: no GPU visible: --gpu rtx-4090 names GeForce RTX 4090" in done.stdout
+    result = load_result(out)
+    assert result.doctor is not None and result.doctor.outcome == "return" and result.fixed.device == "cpu"
 
 
 def test_bad_input_is_a_three_part_error(tmp_path: Path) -> None:

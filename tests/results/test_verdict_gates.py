@@ -163,3 +163,15 @@ def test_a_region_or_billing_difference_blocks_the_verdict(field: str) -> None:
 def test_an_out_of_range_option_is_a_clear_error(flag: str, value: float) -> None:
     with pytest.raises(SpecError, match="--" + flag.replace("_", "-")):
         compare_options(**{flag: value})
+
+
+def test_a_side_without_telemetry_is_not_counted_as_undisturbed() -> None:
+    """The disturbance gate cannot run on a side that recorded no telemetry: the verdict says so."""
+    watched = bench_result("A", cases=[runs_case(scaled(1.0))])
+    unwatched_case = runs_case(scaled(2.0)).model_copy(update={"telemetry": ()})
+    unwatched = bench_result("B", cases=[unwatched_case], gpu=A100)
+    verdict = decide(compare_results([watched, unwatched]))
+    assert "Caution: B recorded no telemetry, so throttling, a degraded link or another tenant during its runs was " \
+           "not checked." in verdict.text
+    both = decide(compare_results([watched, bench_result("C", cases=[runs_case(scaled(2.0))], gpu=A100)]))
+    assert "recorded no telemetry" not in both.text

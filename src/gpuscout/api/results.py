@@ -18,9 +18,9 @@ if TYPE_CHECKING:
 
 def store_path(store: str | Path | None = None) -> Path:
     """The results store: `store`, else $GPUSCOUT_STORE, else $XDG_DATA_HOME (~/.local/share)/gpuscout/."""
-    from gpuscout.results.database import default_store_path
+    from gpuscout.results.database import default_store_path, store_path_from
 
-    return Path(store).expanduser() if store is not None else default_store_path()
+    return store_path_from(str(store), "--store") if store is not None else default_store_path()
 
 
 def record_run(kind: str, run: BenchResult | Mapping[str, Any], *, store: str | Path | None = None) -> StoredRun:

@@ -20,7 +20,10 @@ def round_bill(seconds: float, increment_s: float, minimum_s: float) -> float:
     each start (and each restart after a spot interruption) pays the minimum again.
     """
     charged = max(seconds, minimum_s)
-    return math.ceil(charged / increment_s - 1e-9) * increment_s
+    # The 1e-9 forgives float noise (60.0000000001 increments are 60, not 61); any time at all is at least
+    # one increment, however long the increment (an hourly meter bills a 1-minute run as an hour).
+    units = math.ceil(charged / increment_s - 1e-9)
+    return max(units, 1 if charged > 0 else 0) * increment_s
 
 
 def billed_seconds(seconds: float, offer: Offer) -> float:

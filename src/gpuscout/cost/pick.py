@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import date
+from functools import partial
 
 from pydantic import Field
 
@@ -55,6 +56,10 @@ THROUGHPUTS = frozenset({"output_tokens_per_s", "requests_per_s", "images_per_s"
                          "samples_per_s"})
 RATES = THROUGHPUTS | {"mfu", "achieved_tflops"}  # a plan's unmodelled slowdown divides these, multiplies the rest
 SLO_METRICS = {TTFT_S: "TTFT", TPOT_S: "TPOT", E2E_S: "E2E"}
+# The most one offer's job may cost and still be ranked: ten times AWS's net sales in 2024 ($107.6 B,
+# Amazon.com 2024 Form 10-K). A total past it comes from an absurd number in the offer (a price,
+# a restart overhead, a stopped time), never from a rental: the offer is excluded, saying so.
+MAX_TOTAL_USD = 1e12
 
 
 class Placement(Frozen):
@@ -105,17 +110,46 @@ def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[Exc
     for o in offers:
         cap = find_capacity(capacities, o.gpu, o.gpu_count) if isinstance(job, InferenceJob) else None
         if cap is not None and isinstance(job, InferenceJob):
-            rows.append(judge_measured(job, o, cap, target_rps, rates, deadline_s, budget_usd, today, options,
-                                       currency))
+            rows.append(guarded(o, today, partial(judge_measured, job, o, cap, target_rps, rates, deadline_s,
+                                                  budget_usd, today, options, currency)))
             continue
-        rows.append(judge_offer(job, model, o, rates, deadline_s, budget_usd, today, options, currency,
-                                layouts=layouts, hosts=hosts, as_written=as_written))
+        rows.append(guarded(o, today, partial(judge_offer, job, model, o, rates, deadline_s, budget_usd, today,
+                                              options, currency, layouts=layouts, hosts=hosts,
+                                              as_written=as_written)))
     ranked = sorted((r for r in rows if r.excluded is None), key=lambda r: r.total_usd or 0.0)
     ranked = mark_pareto(ranked)
     excluded = [r for r in rows if r.excluded is not None]
     return PickResult(job_name=job.name, rows=(*ranked, *excluded), exchange_rates=tuple(rates),
                       warnings=(*price_warnings(offers, today), *capacity_warnings(capacities, target_rps)),
                       currency=currency, as_written=as_written)
+
+
+def guarded(offer: Offer, today: date, judge: Callable[[], PickRow]) -> PickRow:
+    """One offer's row, or its exclusion when its own numbers cannot be priced: one absurd row of a
+    sheet (finite, but far past any rental) never sinks the ranking of the others."""
+    try:
+        row = judge()
+    except (ArithmeticError, ValueError) as exc:  # math range / domain errors, a model refusing inf or NaN
+        first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        return unpriced(offer, today, f"its numbers could not be priced ({type(exc).__name__}: {first})")
+    numbers = {"runtime": row.runtime_s, "total": row.total_usd, "P95 total": row.total_p95_usd,
+               **{name: value for name, value in row.unit_costs_usd.items()}}
+    if row.cost is not None:
+        numbers |= {"cost": row.cost.total, "P95 cost": row.cost.total_p95, "billed time": row.cost.billed_s}
+    broken = next((name for name, value in numbers.items() if value is not None and not math.isfinite(value)), None)
+    if broken is not None:
+        return unpriced(offer, today, f"its {broken} comes out as {numbers[broken]}")
+    for name, value in (("total", row.total_usd), ("P95 total", row.total_p95_usd)):
+        if value is not None and value > MAX_TOTAL_USD:
+            return unpriced(offer, today, f"its {name}, ${value:.3g}, is past ${MAX_TOTAL_USD:.0e}")
+    return row
+
+
+def unpriced(offer: Offer, today: date, why: str) -> PickRow:
+    """An offer excluded because a number of its own is out of any rental's range, with where to look."""
+    return PickRow(**row_base(offer, today) | {"fits": False, "excluded": (
+        f"{why}: a number in this offer is far outside any rental (check price, billing_increment_s, "
+        "startup_s, idle_tail_s, restart_overhead_s, interruptions_per_hour, stopped_hours)")})
 
 
 def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRate], deadline_s: float | None,

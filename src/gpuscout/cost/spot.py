@@ -51,6 +51,12 @@ def _chunks(work_s: float, interval_s: float) -> tuple[int, float]:
     return full, work_s - full * interval_s
 
 
+def _per_chunk(full: int, value: float | None) -> float:
+    """`full` chunks of `value` each; none when the interval is longer than the work (a checkpoint
+    interval of 10^8 s means "never within this job"), whose per-chunk figure is then never computed."""
+    return full * value if full and value is not None else 0.0
+
+
 def expected_chunk_s(chunk_s: float, rate_per_s: float) -> float:
     """Expected time to get `chunk_s` of work checkpointed, including wasted partial attempts."""
     return math.expm1(rate_per_s * chunk_s) / rate_per_s
@@ -79,8 +85,10 @@ def expected_spot_run(offer: Offer, work_s: float) -> SpotOutcome:
     check_spot_finishes(offer, work_s)
     lam = offer.interruptions_per_hour / HOUR_S
     full, rest = _chunks(work_s, offer.checkpoint_interval_s)
-    interruptions = full * math.expm1(lam * offer.checkpoint_interval_s) + math.expm1(lam * rest)
-    working = full * expected_chunk_s(offer.checkpoint_interval_s, lam) + (expected_chunk_s(rest, lam) if rest else 0)
+    interval = offer.checkpoint_interval_s if full else None  # check_spot_finishes bounded λ·interval then
+    interruptions = _per_chunk(full, math.expm1(lam * interval) if interval else None) + math.expm1(lam * rest)
+    working = _per_chunk(full, expected_chunk_s(interval, lam) if interval else None) + (
+        expected_chunk_s(rest, lam) if rest else 0)
     running = billed_startup_s(offer) + working + interruptions * offer.restart_overhead_s + offer.idle_tail_s
     rounding = (interruptions + 1) * offer.billing_increment_s / 2 if offer.billing_increment_s > 1 else 0.0
     return SpotOutcome(billed_s=running + rounding, running_s=running, interruptions=interruptions)
@@ -100,8 +108,8 @@ def running_variance(offer: Offer, work_s: float) -> float:
     """Variance of the running time: independent chunks, each c + Σ_(failures) (wasted time + restart)."""
     lam = offer.interruptions_per_hour / HOUR_S
     full, rest = _chunks(work_s, offer.checkpoint_interval_s)
-    return full * _chunk_variance(offer.checkpoint_interval_s, lam, offer.restart_overhead_s) + (
-        _chunk_variance(rest, lam, offer.restart_overhead_s) if rest else 0.0)
+    whole = _chunk_variance(offer.checkpoint_interval_s, lam, offer.restart_overhead_s) if full else None
+    return _per_chunk(full, whole) + (_chunk_variance(rest, lam, offer.restart_overhead_s) if rest else 0.0)
 
 
 def _chunk_variance(chunk_s: float, lam: float, restart_s: float) -> float:

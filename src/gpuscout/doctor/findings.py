@@ -2,7 +2,9 @@
 
 `Evidence` gathers what the run collected (the inventory, the workers' reports and cases, the
 telemetry under load, the host's grants); `all_findings` hands each part to the module that judges
-it (identity, health, performance, host) and adds the checks that could not run.
+it (identity, health, performance, host) and adds the checks that could not run. A run held against
+a GPU that ran on the CPU judges the GPUs it did not use as "not checked", or, when none is visible
+at all, fails the box: it lacks what it was rented for.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from gpuscout.doctor.host import (
     network_findings,
     startup_findings,
 )
-from gpuscout.doctor.identity import Expected, gpu_sku, identity_findings
+from gpuscout.doctor.identity import Expected, gpu_sku, identity_findings, unused_gpu_findings
 from gpuscout.doctor.inventory import Inventory
 from gpuscout.doctor.performance import (
     allreduce_findings,
@@ -36,7 +38,8 @@ from gpuscout.results.schema import Case, DoctorFinding, DoctorStatus, GpuTeleme
 @dataclass
 class Evidence:
     expected: Expected
-    device: str
+    device: str  # where the checks ran: "cuda" or "cpu"
+    requested: str = "auto"  # what --device asked for: "auto" ran on the CPU only when torch saw no GPU
     inventory: Inventory = field(default_factory=lambda: Inventory(gpus=()))
     reports: list[RankReport] = field(default_factory=list)
     cases: list[Case] = field(default_factory=list)
@@ -70,9 +73,8 @@ def all_findings(ev: Evidence) -> list[DoctorFinding]:
         out += identity_findings(ev.expected, ev.inventory, ev.reports, ev.torch_cuda)
         out += variant_findings(ev.cases, ev.sku)
         out += health_findings(ev.inventory, ev.soak, ev.run, ev.catalog)
-    elif ev.expected.sku is not None:
-        out.append(finding("gpu model", "identity", "info", f"--device cpu: the GPUs of {ev.expected.source} were "
-                           "not checked"))
+    elif ev.expected.sku is not None:  # held against a GPU, measured on the CPU: never a pass
+        out += unused_gpu_findings(ev.expected, ev.requested, ev.inventory, ev.torch_cuda)
     out += matmul_findings(ev.cases, ev.sku if gpu else None, ev.catalog if gpu else None)
     out += bandwidth_findings(ev.cases, ev.catalog if gpu else None)
     if gpu:

@@ -76,25 +76,74 @@ def label(sku: str | None) -> str:
 
 def identity_findings(expected: Expected, inventory: Inventory, reports: Sequence[RankReport],
                       torch_cuda: str | None) -> list[DoctorFinding]:
-    """Model, count, memory, SM count, MIG, other processes, driver: one finding each (or per GPU)."""
+    """Model, count, memory, SM count, MIG, other processes, driver: one finding each (or per GPU).
+
+    A check the readings cannot answer (no GPU reported, a name or memory size NVML would not give) is
+    an "error" finding, "not checked": never silently passed, so the verdict is at best inconclusive."""
     names = [g.name for g in inventory.gpus] or [r.device_name for r in sorted(reports, key=lambda r: r.rank)]
+    if not names:
+        return _nothing_reported(expected) + _driver_findings(inventory, torch_cuda)
     out = _model_findings(expected, names) + _count_findings(expected, len(names))
     out += [f for g in inventory.gpus for f in _gpu_findings(g, expected)]
+    if not inventory.gpus:  # no NVML: the memory the workers' torch saw stands in for it
+        out += [f for r in reports for f in _report_memory_findings(r, expected)]
     out += _sm_findings(expected, reports)
     out += _driver_findings(inventory, torch_cuda)
+    return out
+
+
+def promise(expected: Expected) -> str:
+    """What the box was held against, as a sentence's subject: "the offer X in F promises 1 × GeForce …"."""
+    if expected.offer_id is not None:
+        return f"{expected.source} promises {expected.gpu_count or 1} × {label(expected.sku)}"
+    return f"{expected.source} names {label(expected.sku)}"
+
+
+def unused_gpu_findings(expected: Expected, requested: str, inventory: Inventory,
+                        torch_cuda: str | None) -> list[DoctorFinding]:
+    """The checks ran on the CPU though the box is held against a GPU (`expected.sku` is set).
+
+    With `--device auto` that means torch saw no GPU. When the driver (NVML) sees none either there is
+    no GPU to be had: the box fails the one thing it was rented for. When the driver lists GPUs, their
+    identity is judged from it, and what needs the GPUs under load is "not checked". An explicit
+    `--device cpu` judges nothing it did not look at: "not checked", never passed."""
+    why = ("--device cpu ran every check on the CPU" if requested == "cpu" else
+           "torch sees no CUDA GPU (a CPU-only torch build, or CUDA_VISIBLE_DEVICES hides them)")
+    if inventory.gpus:
+        return [*identity_findings(expected, inventory, (), torch_cuda),
+                finding("gpu checks", "performance", "error", f"not checked: {why}; the GPUs' speed, links and "
+                        "health under load were not measured")]
+    if requested == "cpu":
+        return [finding("gpu model", "identity", "error", f"not checked: {why}; {promise(expected)}, which was "
+                        "not looked at (run doctor without --device cpu)")]
+    return [finding("gpu model", "identity", "fail", f"no GPU visible: {promise(expected)}; neither torch nor the "
+                    "NVIDIA driver (NVML) sees one here")]
+
+
+def _nothing_reported(expected: Expected) -> list[DoctorFinding]:
+    if expected.sku is None:
+        return []
+    out = [finding("gpu model", "identity", "error", "not checked: neither NVML nor a worker reported a GPU "
+                   f"to hold against {expected.source}")]
+    if expected.gpu_count is not None:
+        out.append(finding("gpu count", "identity", "error", f"not checked: no GPU was reported to count against "
+                           f"{expected.source}'s {expected.gpu_count}"))
     return out
 
 
 def _model_findings(expected: Expected, names: Sequence[str | None]) -> list[DoctorFinding]:
     skus = [gpu_sku(n) for n in names]
     if expected.sku is not None:
-        wrong = [(i, n, s) for i, (n, s) in enumerate(zip(names, skus, strict=True)) if s != expected.sku]
+        unnamed = [finding("gpu model", "identity", "error", f"not checked: the driver gave no name for GPU {i}",
+                           gpu=i) for i, n in enumerate(names) if n is None]
+        wrong = [(i, n, s) for i, (n, s) in enumerate(zip(names, skus, strict=True)) if n is not None
+                 and s != expected.sku]
         if wrong:
             return [finding("gpu model", "identity", "fail",
                             f"GPU {i} is {label(s) if s else repr(n)}; {expected.source} is for {label(expected.sku)}",
-                            gpu=i) for i, n, s in wrong]
-        return [finding("gpu model", "identity", "pass",
-                        f"{len(names)} × {label(expected.sku)}, as {expected.source} says")]
+                            gpu=i) for i, n, s in wrong] + unnamed
+        return unnamed or [finding("gpu model", "identity", "pass",
+                                   f"{len(names)} × {label(expected.sku)}, as {expected.source} says")]
     if len(set(names)) > 1:
         return [finding("gpu model", "identity", "warn", "the GPUs differ: " + ", ".join(
             f"GPU {i} {n}" for i, n in enumerate(names)))]
@@ -118,19 +167,35 @@ def _count_findings(expected: Expected, count: int) -> list[DoctorFinding]:
 def _gpu_findings(gpu: GpuInventory, expected: Expected) -> list[DoctorFinding]:
     out = []
     catalog = _catalog_row(expected.sku or gpu_sku(gpu.name))
-    if catalog is not None and gpu.memory_total_bytes is not None:
-        share = gpu.memory_total_bytes / catalog.memory_bytes
-        status: DoctorStatus = "fail" if share < MEMORY_SHARE_MIN else "pass"
-        out.append(finding("gpu memory", "identity", status,
-                           f"GPU {gpu.index}: {gpu.memory_total_bytes / 2**30:.1f} GiB visible, {share:.0%} of "
-                           f"the {catalog.name}'s {catalog.memory_bytes / 1e9:g} GB",
-                           gpu=gpu.index, value=gpu.memory_total_bytes, unit="bytes"))
+    out += _memory_findings(gpu.index, gpu.memory_total_bytes, catalog, expected, "NVML")
     if gpu.mig_enabled:
         out.append(finding("mig mode", "identity", "fail" if expected.sku else "warn",
                            f"GPU {gpu.index} has MIG enabled: jobs see a slice of it, not the whole GPU",
                            gpu=gpu.index))
     out += _process_findings(gpu)
     return out
+
+
+def _report_memory_findings(report: RankReport, expected: Expected) -> list[DoctorFinding]:
+    if report.device_index is None:
+        return []
+    catalog = _catalog_row(expected.sku or gpu_sku(report.device_name))
+    return _memory_findings(report.device_index, report.memory_bytes, catalog, expected, "torch")
+
+
+def _memory_findings(index: int, visible: int | None, catalog: Gpu | None, expected: Expected,
+                     reader: str) -> list[DoctorFinding]:
+    if catalog is None:
+        return []
+    if visible is None:  # against an offer the memory is part of what was paid for: unread is not passed
+        return [finding("gpu memory", "identity", "error", f"not checked: {reader} did not report GPU {index}'s "
+                        "memory", gpu=index)] if expected.sku is not None else []
+    share = visible / catalog.memory_bytes
+    status: DoctorStatus = "fail" if share < MEMORY_SHARE_MIN else "pass"
+    return [finding("gpu memory", "identity", status,
+                    f"GPU {index}: {visible / 2**30:.1f} GiB visible, {share:.0%} of "
+                    f"the {catalog.name}'s {catalog.memory_bytes / 1e9:g} GB",
+                    gpu=index, value=visible, unit="bytes")]
 
 
 def _catalog_row(sku: str | None) -> Gpu | None:
@@ -155,11 +220,18 @@ def _sm_findings(expected: Expected, reports: Sequence[RankReport]) -> list[Doct
     for report in reports:
         sku = expected.sku or gpu_sku(report.device_name)
         want = _sm_count(sku)
-        if want is None or report.sm_count is None or report.device_index is None:
+        if want is None or report.device_index is None:
+            continue
+        if report.sm_count is None:
+            out.append(finding("sm count", "identity", "error", f"not checked: the worker of GPU "
+                               f"{report.device_index} did not report its SM count", gpu=report.device_index))
             continue
         status: DoctorStatus = "pass" if report.sm_count == want else "fail"
         out.append(finding("sm count", "identity", status, f"GPU {report.device_index}: {report.sm_count} SMs; "
                            f"a {label(sku)} has {want}", gpu=report.device_index, value=report.sm_count))
+    if not out and _sm_count(expected.sku) is not None:  # the SM count is what tells this SKU from its variant
+        out.append(finding("sm count", "identity", "error", "not checked: no worker bound a GPU and reported its "
+                           f"SM count, which tells a {label(expected.sku)} from its variants"))
     return out
 
 

@@ -76,10 +76,12 @@ def run_doctor(options: DoctorOptions, expected: Expected, *, network: Callable[
     nproc = worker_count(device, options.nproc)
     fingerprint = collect_fingerprint(device)
     started = datetime.now(UTC)
-    ev = Evidence(expected=expected, device=device, torch_cuda=fingerprint.cuda, cores=granted_cores(),
-                  ram_bytes=granted_ram_bytes())
+    ev = Evidence(expected=expected, device=device, requested=options.device, torch_cuda=fingerprint.cuda,
+                  cores=granted_cores(), ram_bytes=granted_ram_bytes())
     nvml = _open_nvml(device)
     ev.inventory = read_inventory(nvml)
+    if device == "cpu" and expected.sku is not None:  # promised a GPU, running on the CPU: does the driver see one?
+        ev.inventory = read_inventory(_open_nvml("cuda"))
     folder = options.folder or os.getcwd()
     stopped: list[str] = []
 

@@ -89,6 +89,12 @@ def finding(check: str, area: DoctorArea, status: DoctorStatus, message: str, *,
                          source=source)
 
 
+def not_checked(findings: Sequence[DoctorFinding]) -> list[str]:
+    """The checks that could not run or did not finish ("error" findings), each named once, in order."""
+    return list(dict.fromkeys(f.check + (f" (GPU {f.gpu})" if f.gpu is not None else "")
+                              for f in findings if f.status == "error"))
+
+
 def decide(findings: Sequence[DoctorFinding]) -> tuple[DoctorOutcome, str]:
     """The outcome and one sentence saying why (the finding lines carry the detail)."""
     count = {s: [f for f in findings if f.status == s] for s in ("pass", "warn", "fail", "info", "error")}

@@ -47,6 +47,12 @@ MAX_CALIBRATION_BYTES = 4 * MIB  # ~10,000 observations; a real file holds tens
 # clock's jitter. ASSUMPTION: 1% is the smallest run-to-run spread gpuscout trusts; torch.utils.benchmark
 # flags a spread (IQR/median) above 10% as noisy, so 1% is an order of magnitude below "noisy".
 MIN_SD = 0.01
+# The widest gap between measured and estimated time a calibration may learn: a millionfold either way
+# (the calibration file's own bound on `factor`). The defaults sit within a few × of published
+# measurements (efficiency.toml), so a gap past it is another machine, job or unit, not an efficiency;
+# refused with the ratio, never a traceback. The spread's bound is the file's too (`sd` below 100).
+MAX_FACTOR = 1e6
+MAX_SD = 100.0
 # The band is never narrower than GPUs of one SKU differ from each other: a calibration is used to time
 # the job on other machines of that SKU (pick). Sinha et al., "Not All GPUs Are Created Equal" (SC22,
 # arXiv 2208.11035): 8% average performance variation (max 22%) across GPUs of the same SKU in a cluster.
@@ -209,17 +215,24 @@ def _check_observation(obs: Observation) -> None:
 def _fit_group(sku: str, phase: str, group: Sequence[Observation]) -> CalibrationEntry:
     logs = [o.log_ratio for o in group]
     n = len(logs)
-    factor = math.exp(statistics.fmean(logs))
+    mean_log = statistics.fmean(logs)
+    if not abs(mean_log) < math.log(MAX_FACTOR):
+        raise _out_of_range(sku, phase, group, f"measured / estimated time is {math.exp(mean_log):.3g}",
+                            f"beyond {1 / MAX_FACTOR:g} to {MAX_FACTOR:g}")
+    factor = math.exp(mean_log)
     noise = _pooled_noise(group)
     residual = statistics.stdev(logs) if n > 1 else 0.0
     sd = max(residual, noise or 0.0, MIN_SD)
+    if not sd < MAX_SD:
+        raise _out_of_range(sku, phase, group, f"the runs' log-space spread is {sd:.3g}", f"at or past {MAX_SD:g}")
     # Degrees of freedom of the spread: the runs' own, or with one run its repeats' (docs §3.11).
     dof = n - 1 if n > 1 else group[0].samples - 1
     half = t975(dof) * sd * math.sqrt(1 + 1 / n)  # a 95% prediction interval for one more run
     half = max(half, math.log1p(SKU_VARIATION))
     default = _default_for(sku, phase)
     clamped = default is not None and max(default.compute, default.bandwidth) / factor > 1.0
-    low, high = (math.exp(-half), math.exp(half)) if math.isfinite(half) else (0.0, math.inf)
+    # exp() overflows past ~709: such a band is unbounded, then held within the file's bounds below.
+    low, high = (math.exp(-half), math.exp(half)) if half < 700 else (0.0, math.inf)
     if default is not None:
         low, high = max(low, default.band_low), min(high, default.band_high)
         if clamped:  # held at 1, the estimate is slower than the measurement: keep the optimistic end
@@ -232,6 +245,17 @@ def _fit_group(sku: str, phase: str, group: Sequence[Observation]) -> Calibratio
         first_date=dates[0], last_date=dates[-1],
         gpuscout_version=max((o.gpuscout_version for o in group), key=_version_key, default=""),
         sources=tuple(dict.fromkeys(o.source for o in group)))
+
+
+def _out_of_range(sku: str, phase: str, group: Sequence[Observation], what: str, bound: str) -> SpecError:
+    worst = max(group, key=lambda o: abs(o.log_ratio))
+    return SpecError(
+        f"Cannot calibrate {sku} {phase}: {what}, {bound} (worst: {worst.measured_s:.3g} s measured against "
+        f"{worst.estimated_s:.3g} s estimated, {shown(worst.case or worst.source, 80)}).",
+        "A gap that wide is not an efficiency of this GPU: the result was measured on another machine or "
+        "device (the CPU), of another job or size, or its times are in another unit.",
+        "Check that result (gpuscout results show, or the file), re-run `gpuscout bench` for this job on "
+        "this GPU, and calibrate without the odd result.")
 
 
 def _pooled_noise(group: Sequence[Observation]) -> float | None:

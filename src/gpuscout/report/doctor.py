@@ -13,7 +13,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpuscout.doctor.verdict import EXIT_CODES
+from gpuscout.doctor.verdict import EXIT_CODES, not_checked
 from gpuscout.hardware.bands import load_bands
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.numbers import flops, rate, seconds, sig
@@ -33,7 +33,7 @@ def doctor_screen(result: BenchResult, output: Path | None, *, wide: bool = Fals
     parts: list[RenderableType] = [_head(result)]
     if verdict is not None:
         parts += [Text(f"{verdict.outcome.upper()}  {verdict.text}", style=OUTCOME_STYLE[verdict.outcome]),
-                  findings_table(verdict.findings, wide=wide)]
+                  *_unchecked_line(verdict.findings), findings_table(verdict.findings, wide=wide)]
     parts += measurement_tables(result.cases)
     if verdict is not None:
         parts += _source_lines(verdict.findings)
@@ -44,6 +44,15 @@ def doctor_screen(result: BenchResult, output: Path | None, *, wide: bool = Fals
                           style="bold yellow"))
     parts.append(_kept(output, stored_as))
     return Group(*parts)
+
+
+def _unchecked_line(findings: Sequence[DoctorFinding]) -> list[Text]:
+    """What could not be checked, said before the table: a check that did not run is never a pass."""
+    names = not_checked(findings)
+    if not names:
+        return []
+    return [Text(f"Not checked ({len(names)}): {', '.join(names)}. The verdict cannot be keep while these "
+                 "are open; the ERROR lines below say why.", style="magenta")]
 
 
 def _kept(output: Path | None, stored_as: int | None) -> Text:

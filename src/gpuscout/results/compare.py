@@ -22,10 +22,11 @@ from gpuscout.errors import GpuscoutError, SpecError
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.results.fairness import (
-    MACHINE_FIELDS,
     Fairness,
     check_fairness,
+    endpoint_parts,
     labels,
+    machine_fields,
     unfair_error,
 )
 from gpuscout.results.ratios import CompareOptions, Ratio, noise, ratio
@@ -158,9 +159,14 @@ def check_comparable(results: Sequence[BenchResult]) -> None:
 
 def describe_machine(result: BenchResult, label: str) -> Machine:
     fp = result.fingerprint
-    details = {f: getattr(fp, f) for f in MACHINE_FIELDS}
+    details: dict[str, str | int | float | bool | None] = {
+        k: v if v is None or isinstance(v, str | int | float | bool) else str(v)
+        for k, v in machine_fields(result).items()}
+    url = result.job.get("url")
     if fp.gpu_count and (fp.gpu_name or fp.gpu_sku) and result.fixed.device != "cpu":
         gpu = f"{fp.gpu_count}× {catalog_name(fp.gpu_sku) or fp.gpu_name}"
+    elif result.kind == "load" and isinstance(url, str):  # the client's CPU is not what was measured
+        gpu = endpoint_parts(url)[0]
     else:
         gpu = f"CPU: {fp.cpu_model}"
     verdict = result.doctor

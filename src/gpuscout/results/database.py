@@ -6,10 +6,19 @@ create the file. Each write is one SQLite transaction (`BEGIN IMMEDIATE` … `CO
 killed mid-write leaves the store as it was before; a second gpuscout writing at the same time
 waits for the lock (up to `BUSY_TIMEOUT_S`).
 
+Reads open the file read-write without creating it (SQLite opens it read-only by itself where the
+file is write-protected): a writer killed inside its transaction leaves a hot journal, and SQLite
+rolls it back on the next open that may write, as it would for a writer, so the store reads as it
+was before that run. A store that cannot be read (damaged, write-protected with a hot journal, a
+path the system refuses) is one three-part error naming the file and how to move it aside; a
+command that only records a run then warns and keeps its output (cli/results.py).
+
 The file is refused, never changed, when it is not a gpuscout store, when a newer gpuscout wrote
 it (`PRAGMA user_version` above `STORE_VERSION`), or when SQLite finds it damaged. Payloads are
 zlib-compressed JSON in a table of their own (so `results list` never reads them) with the SHA-256
-of the JSON beside the entry, which `fetch` checks. Layout and reasons: docs/results.md §2.
+of the JSON beside the entry, which `fetch` checks; a payload is inflated no further than the size
+recorded with it (at most `MAX_RESULT_BYTES`), so an edited row cannot fill the memory. Layout and
+reasons: docs/results.md §2.
 """
 
 from __future__ import annotations
@@ -27,9 +36,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from pydantic import ValidationError
+
 from gpuscout.errors import SpecError
 from gpuscout.results.entries import Entry, describe
-from gpuscout.userfile import shown
+from gpuscout.userfile import MAX_RESULT_BYTES, decode_user_text, parse_user_json, printable, shown
 
 if TYPE_CHECKING:
     from gpuscout.results.schema import BenchResult
@@ -39,6 +50,7 @@ APPLICATION_ID = 0x67737472  # PRAGMA application_id: "gstr", marks the file as 
 BUSY_TIMEOUT_S = 30.0  # another gpuscout holding the write lock: a write takes milliseconds
 FILE_NAME = "results.sqlite"
 _RUN_ID = re.compile(r"[0-9]{1,18}")  # an id fits SQLite's 64-bit integer
+MAX_RUN_ID = 2**63 - 1  # SQLite's largest INTEGER (https://www.sqlite.org/datatype3.html §2)
 _SQLITE_HEADER = b"SQLite format 3\x00"  # https://www.sqlite.org/fileformat.html §1.3
 
 _SCHEMA = """
@@ -83,10 +95,40 @@ def default_store_path(environ: Mapping[str, str] | None = None) -> Path:
     The XDG Base Directory spec says a relative XDG_DATA_HOME is invalid and must be ignored."""
     env = os.environ if environ is None else environ
     if env.get("GPUSCOUT_STORE"):
-        return Path(env["GPUSCOUT_STORE"]).expanduser()
+        return store_path_from(env["GPUSCOUT_STORE"], "GPUSCOUT_STORE")
     base = env.get("XDG_DATA_HOME", "")
     folder = Path(base) if base and Path(base).is_absolute() else Path.home() / ".local" / "share"
     return folder / "gpuscout" / FILE_NAME
+
+
+def store_path_from(text: str, where: str) -> Path:
+    """The store path given as `where` (--store, GPUSCOUT_STORE), with ~ expanded: a clear error when
+    it cannot be (a ~user that does not exist, no home folder)."""
+    try:
+        return Path(text).expanduser()
+    except RuntimeError as exc:  # pathlib: "Could not determine home directory."
+        raise SpecError(f"{where} {shown(text, 200)} cannot be used as the results store path: {exc}",
+                        "A path starting with ~ names a home folder, and this one is not known here.",
+                        f"Give {where} an absolute path, or pass --no-store.") from None
+
+
+def _exists(path: Path) -> bool:
+    """Whether something is at `path`; a path the system refuses outright (a name too long, a loop of
+    links, no permission to look) is a clear error rather than a traceback."""
+    try:
+        path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        raise SpecError(f"Cannot use {shown(str(path), 200)} as the results store: {exc.strerror or exc}.",
+                        "gpuscout keeps every run in that one SQLite file (--store, else GPUSCOUT_STORE, else "
+                        "$XDG_DATA_HOME/gpuscout/results.sqlite).",
+                        "Pass --store FILE with a path this system accepts (or fix GPUSCOUT_STORE), or --no-store."
+                        ) from None
+    except ValueError:  # a NUL byte in the path
+        raise SpecError(f"The results store path {shown(str(path), 200)} holds a NUL byte.",
+                        "No file name can hold one.", "Pass --store FILE with another path, or --no-store.") from None
+    return True
 
 
 # ---------------------------------------------------------------- writing --------------------
@@ -120,15 +162,16 @@ def _stored(run_id: int, e: Entry, payload_bytes: int) -> StoredRun:
 def list_runs(path: Path, *, kind: str | None = None, job: str | None = None, since: datetime | None = None,
               limit: int | None = None) -> tuple[list[StoredRun], int]:
     """The entries that match in the order they were made (the newest `limit` when given), and how many matched."""
-    if not path.exists():
+    if not _exists(path):
         return [], 0
     where, args = _filters(kind, job, since)
     with _open(path, create=False) as db:
         total = int(db.execute(f"SELECT count(*) FROM runs {where}", args).fetchone()[0])
-        tail = f" LIMIT {int(limit)}" if limit else ""
+        # A limit past SQLite's largest integer is no limit: no store holds that many runs.
+        tail, bound = (" LIMIT ?", [min(int(limit), MAX_RUN_ID)]) if limit and limit > 0 else ("", [])
         rows = db.execute(f"SELECT {_COLUMNS} FROM runs {where} ORDER BY created_at DESC, id DESC{tail}",
-                          args).fetchall()
-    return [_row(r) for r in reversed(rows)], total
+                          [*args, *bound]).fetchall()
+    return [_row(path, r) for r in reversed(rows)], total
 
 
 def _filters(kind: str | None, job: str | None, since: datetime | None) -> tuple[str, list[Any]]:
@@ -147,7 +190,7 @@ def _filters(kind: str | None, job: str | None, since: datetime | None) -> tuple
 
 def kinds_stored(path: Path) -> set[str]:
     """Every kind and result kind in the store (for did-you-mean on `--kind`)."""
-    if not path.exists():
+    if not _exists(path):
         return set()
     with _open(path, create=False) as db:
         rows = db.execute("SELECT DISTINCT kind, result_kind FROM runs").fetchall()
@@ -155,23 +198,48 @@ def kinds_stored(path: Path) -> set[str]:
 
 
 def fetch(path: Path, run_id: int) -> tuple[StoredRun, dict[str, Any]]:
-    """One entry and its payload, checked against the SHA-256 recorded with it."""
-    if not path.exists():
+    """One entry and its payload, checked against the size and SHA-256 stored with it."""
+    if not 1 <= run_id <= MAX_RUN_ID:
+        raise _no_run(path, run_id, f"ids are whole numbers from 1 to {MAX_RUN_ID:,} (2^63 − 1)")
+    if not _exists(path):
         raise _no_run(path, run_id, "there is no store there yet")
     with _open(path, create=False) as db:
         row = db.execute(f"SELECT {_COLUMNS}, payload_sha256 FROM runs WHERE id = ?", (run_id,)).fetchone()
         body = db.execute("SELECT encoding, body FROM payloads WHERE run_id = ?", (run_id,)).fetchone()
     if row is None:
         raise _no_run(path, run_id, "no entry has that id")
-    if body is None or body[0] != "zlib+json":
-        raise _damaged(path, f"entry {run_id} has no readable payload")
-    try:
-        text = zlib.decompress(body[1])
-    except zlib.error:
-        raise _damaged(path, f"entry {run_id}'s payload does not decompress") from None
+    entry = _row(path, row[:-1])
+    if body is None or body[0] != "zlib+json" or not isinstance(body[1], bytes):
+        raise _damaged_entry(path, run_id, "it has no readable payload")
+    text = _inflate(path, run_id, body[1], entry.payload_bytes)
     if hashlib.sha256(text).hexdigest() != row[-1]:
-        raise _damaged(path, f"entry {run_id}'s payload does not match the SHA-256 stored with it")
-    return _row(row[:-1]), json.loads(text)
+        raise _damaged_entry(path, run_id, "its payload does not match the SHA-256 stored with it")
+    fix = "Export another run, or delete this entry (see below)."
+    try:
+        payload = parse_user_json(decode_user_text(text, f"entry {run_id}", fix), f"entry {run_id}", fix)
+    except SpecError as exc:
+        raise _damaged_entry(path, run_id, f"its payload is not gpuscout's JSON ({exc.what.rstrip('.')})") from None
+    if not isinstance(payload, dict):
+        raise _damaged_entry(path, run_id, "its payload is not a JSON object")
+    return entry, payload
+
+
+def _inflate(path: Path, run_id: int, body: bytes, size: int) -> bytes:
+    """The payload, decompressed no further than the size recorded with it (a zlib bomb, or an edited
+    row, stops at that size, and never past MAX_RESULT_BYTES)."""
+    if not 0 <= size <= MAX_RESULT_BYTES:
+        raise _damaged_entry(path, run_id, f"its recorded payload size, {size:,} bytes, is outside 0 to "
+                             f"{MAX_RESULT_BYTES:,}")
+    inflater = zlib.decompressobj()
+    try:
+        text = inflater.decompress(body, size + 1)
+    except zlib.error:
+        raise _damaged_entry(path, run_id, "its payload does not decompress") from None
+    if len(text) > size or inflater.unconsumed_tail:
+        raise _damaged_entry(path, run_id, f"its payload inflates past the {size:,} bytes recorded with it")
+    if not inflater.eof:
+        raise _damaged_entry(path, run_id, "its payload is cut off")
+    return text
 
 
 def fetch_result(path: Path, run_id: int) -> BenchResult:
@@ -197,14 +265,24 @@ def run_id_of(ref: str | Path) -> int | None:
     return int(text)
 
 
-def _row(r: tuple[Any, ...]) -> StoredRun:
+def _row(path: Path, r: tuple[Any, ...]) -> StoredRun:
     names = [c.strip() for c in _COLUMNS.split(",")]
     values = dict(zip(names, r, strict=True))
-    return StoredRun.model_validate({**values, "complete": bool(values["complete"])})
+    try:
+        return StoredRun.model_validate({**values, "complete": bool(values["complete"])})
+    except ValidationError as exc:  # an edited row: name the entry, so the rest of the store stays usable
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise _damaged_entry(path, values.get("id"), f"its {printable(where, 40)} does not read back "
+                             f"({printable(first['msg'], 120)})") from None
+
+
+def _id_text(run_id: object) -> str:
+    return str(run_id) if isinstance(run_id, int) and abs(run_id) <= 10**30 else shown(run_id, 40)
 
 
 def _no_run(path: Path, run_id: int, why: str) -> SpecError:
-    return SpecError(f"No stored run {run_id} in {shown(str(path), 200)}: {why}.",
+    return SpecError(f"No stored run {_id_text(run_id)} in {shown(str(path), 200)}: {why}.",
                      "Ids are those `gpuscout results list` shows for this store (--store or GPUSCOUT_STORE "
                      "choose another).",
                      "Run `gpuscout results list` to see the ids, or pass a result file instead.")
@@ -234,13 +312,16 @@ def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
                             "Pass --store FILE in a folder you can write to, set GPUSCOUT_STORE, or pass --no-store."
                             ) from None
         return sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-    uri = f"file:{quote(str(path.resolve()))}?mode=ro"  # a read never creates or changes the file
+    # mode=rw: a read never creates the file, and SQLite may roll back the hot journal a killed writer
+    # left (a read-only connection cannot, and refuses every read); it opens a write-protected file
+    # read-only by itself (https://www.sqlite.org/c3ref/open.html, SQLITE_OPEN_READWRITE).
+    uri = f"file:{quote(str(path.resolve()))}?mode=rw"
     return sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
 
 
 def _check_file(path: Path, *, create: bool) -> None:
     """The path is a regular file that starts like an SQLite database (or, to write, is not there yet)."""
-    if not path.exists():
+    if not _exists(path):
         if not create:
             raise _no_run(path, 0, "there is no store there yet")
         return
@@ -308,6 +389,17 @@ def _not_a_store(path: Path, why: str) -> SpecError:
                      "aside if it should not be there.")
 
 
+def _damaged_entry(path: Path, run_id: object, detail: str) -> SpecError:
+    """One entry that does not read back: the others stay readable, so the fix removes just that one."""
+    shown_path, ident = shown(str(path), 120), _id_text(run_id)
+    return SpecError(
+        f"Entry {ident} of the results store {shown(str(path), 200)} is damaged: {detail}.",
+        "gpuscout never writes such an entry: the file was edited or damaged; the other entries are unaffected.",
+        f"Keep a copy of the file, then delete the entry: sqlite3 {shown_path} \"DELETE FROM payloads WHERE "
+        f"run_id = {ident}; DELETE FROM runs WHERE id = {ident};\" (or move the file aside: a new store starts "
+        "on the next run).")
+
+
 def _damaged(path: Path, detail: str) -> SpecError:
     return SpecError(
         f"The results store {shown(str(path), 200)} is damaged: {detail}.",
@@ -322,6 +414,15 @@ def _sqlite_error(path: Path, exc: sqlite3.DatabaseError) -> SpecError:
         return SpecError(f"The results store {shown(str(path), 200)} is locked: {message}.",
                          f"Another gpuscout held its write lock for more than {BUSY_TIMEOUT_S:g} s.",
                          "Wait for the other run to finish and retry, or pass --no-store.")
+    journal = path.with_name(path.name + "-journal")
+    if "readonly" in message and _exists(journal):
+        return SpecError(f"The results store {shown(str(path), 200)} holds an unfinished write "
+                         f"({shown(journal.name, 80)}), and this process may not change the file to undo it.",
+                         "A gpuscout was stopped while it wrote; SQLite rolls that write back the next time the "
+                         "store is opened by a process that may write the file and its folder.",
+                         "Run any `gpuscout results list` as the user that owns the store (the store then reads as "
+                         "before that run), or copy the file and its -journal together elsewhere and pass --store "
+                         "COPY; --no-store meanwhile.")
     if isinstance(exc, sqlite3.OperationalError) and ("readonly" in message or "unable to open" in message):
         return SpecError(f"Cannot write the results store {shown(str(path), 200)}: {message}.",
                          "gpuscout records every bench, load, doctor and pick run there.",

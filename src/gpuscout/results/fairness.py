@@ -4,13 +4,16 @@ The fixed variables (docs/measurement.md §1), the job as run, the library versi
 driver versions, region and billing type, and the parameters of every case all results finished
 are diffed; any difference blocks a verdict unless the user says --allow-diff, and then the
 report lists them. The machine itself (GPU, clocks, CPU) is what is being compared: it is
-listed, never flagged.
+listed, never flagged. In a load test the machine under test is the server behind the URL, so the
+URL's scheme, host and port are its identity (listed, like the GPU of a bench) while its route
+(path and query), the model, the tokenizer, the workload and the client's settings stay fixed.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from urllib.parse import urlsplit
 
 from gpuscout.errors import GpuscoutError
 from gpuscout.frozen import Frozen
@@ -49,6 +52,33 @@ def labels(n: int) -> list[str]:
     return [chr(ord("A") + i) if i < 26 else f"R{i + 1}" for i in range(n)]
 
 
+def endpoint_parts(url: str) -> tuple[str, str]:
+    """(the server: "scheme://host:port", the route: "/path?query") of a load test's URL.
+
+    The default port is written out, so http://h/ and http://h:80/ are one server."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:  # a port outside 0-65535: keep the text as written
+        port = None
+    port = port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    host = (parts.hostname or "").lower()
+    host = f"[{host}]" if ":" in host else host  # an IPv6 literal keeps its brackets
+    server = f"{parts.scheme.lower()}://{host}" + (f":{port}" if port else "")
+    route = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return server, route
+
+
+def machine_fields(result: BenchResult) -> dict[str, object]:
+    """What is being compared, listed side by side and never flagged: the machine, and for a load
+    test the server the requests went to."""
+    out: dict[str, object] = {f: getattr(result.fingerprint, f) for f in MACHINE_FIELDS}
+    url = result.job.get("url") if result.kind == "load" else None
+    if isinstance(url, str):
+        out = {"endpoint": endpoint_parts(url)[0]} | out
+    return out
+
+
 def fixed_fields(result: BenchResult) -> dict[str, object]:
     """Every value a fair comparison holds equal, flattened to dotted names."""
     fixed = result.fixed
@@ -60,6 +90,11 @@ def fixed_fields(result: BenchResult) -> dict[str, object]:
     out |= {f"libraries.{k}": v for k, v in result.fingerprint.libraries.items()}
     out |= {k: getattr(result.fingerprint, k) for k in FIXED_SOFTWARE}
     out |= {f"job.{k}": v for k, v in result.job.items() if k != "name"}
+    url = out.pop("job.url", None) if result.kind == "load" else None
+    if isinstance(url, str):  # the server is the candidate (machine_fields); the route stays fixed
+        out["job.route"] = endpoint_parts(url)[1]
+    elif url is not None:
+        out["job.url"] = url
     return out
 
 
@@ -92,7 +127,7 @@ def show(value: object) -> str:
 def check_fairness(results: Sequence[BenchResult]) -> Fairness:
     rows = [fixed_fields(r) | case_fields(r, results) for r in results]
     differences = diff_fields(rows)
-    machine_rows = [{f: getattr(r.fingerprint, f) for f in MACHINE_FIELDS} for r in results]
+    machine_rows = [machine_fields(r) for r in results]
     notes = []
     if len({r.fingerprint.gpuscout_version for r in results}) > 1:
         notes.append("The results were written by different gpuscout versions; the harness may have changed.")

@@ -116,6 +116,12 @@ def _caution(comparison: Comparison) -> str:
         notes.append(f"compared with --allow-diff although {fields} differ; this is not a like-for-like comparison")
     if any(m.disturbances for m in comparison.machines):
         notes.append("compared with --allow-diff although the telemetry saw a side disturbed")
+    # The disturbance gate could not run on a side without telemetry: never counted as a clean side.
+    # (A load test's machine is the remote server, which the client's telemetry never sees.)
+    unwatched = [m.label for m in comparison.machines if not m.telemetry_runs] if comparison.kind != "load" else []
+    if unwatched:
+        notes.append(f"{' and '.join(unwatched)} recorded no telemetry, so throttling, a degraded link or another "
+                     f"tenant during {'its' if len(unwatched) == 1 else 'their'} runs was not checked")
     return "".join(f"Caution: {n}. " for n in notes)
 
 
