@@ -30,24 +30,7 @@ FUZZ = settings(max_examples=40, deadline=None, derandomize=True,
 
 # surface → (outcome, what the detail says) of each open defect, with the benchmark input that shows it
 # (`python benchmarks/fuzz_parsers.py --replay SURFACE:I`).
-OPEN: dict[str, tuple[tuple[str, str], ...]] = {
-    # Numbers from a server are not yet bounded where they come in: a negative gauge, a fraction of 1e35,
-    # 1e308 (two such series sum to inf, and a summary of such values crashes `statistics.stdev`) are kept
-    # (metrics_body:0 negative, :9 1e35, :12 1e308, :4 inf, :174 the stdev crash).
-    "metrics_body": (("nonsense", r"^AssertionError: (server_|\.cases)"),
-                     ("nonsense", r"load wrote a result it then refuses"),
-                     ("crash", r"no attribute 'numerator'|Out of range float values")),
-    # A trace value echoed whole into the error: a 5,000-character string gives a 5,280-character message
-    # (trace_jsonl:131, "input_length": "y" * 5000).
-    "trace_jsonl": (("nonsense", r"character error message"),),
-    # A hand-edited store row is read without a check (store_file:3 a JSON null payload, :22 an escape
-    # sequence for created_at, :30 an empty payload, :64 a 5,000-digit integer in the payload).
-    "store_file": (("crash", r"argument of type 'NoneType'|JSONDecodeError|validation error for StoredRun|"
-                             r"Exceeds the limit \(4300 digits\)|MemoryError|worker died"),),
-    # A case's size parameter that is no size (5e-324 for seq_len) is fed to the job unchecked
-    # (calibrate_inputs:42).
-    "calibrate_inputs": (("crash", r"validation error for (Finetune|Inference|Image|Video)Job"),),
-}
+OPEN: dict[str, tuple[tuple[str, str], ...]] = {}
 
 
 def _open(parser: str, verdict: Verdict) -> bool:
