@@ -25,7 +25,7 @@ from pathlib import Path
 from gpuscout.errors import SpecError
 from gpuscout.loadgen.schedule import MAX_REQUESTS_PER_LEVEL
 from gpuscout.loadgen.workload import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS, Prompt, Workload, count_tokens, text_maker
-from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, user_lines
+from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, shown, user_lines
 
 BLOCK_TOKENS = 512  # tokens per hash id in the Mooncake traces (their README and AIPerf's loader)
 # The latest arrival a replay waits for: 7 days, the span of the longest public LLM serving trace
@@ -95,12 +95,13 @@ def _row(entry: object, path: Path, number: int) -> tuple[float, int, int, tuple
     stamp, inp, out = entry.get("timestamp"), entry.get("input_length"), entry.get("output_length")
     ids = entry.get("hash_ids", [])
     if not _number(stamp) or not 0 <= stamp <= MAX_TIMESTAMP_MS:  # type: ignore[operator]
-        raise SpecError(f"{where}: timestamp {stamp!r} is not a time in ms from 0 to {MAX_TIMESTAMP_MS:,} (7 days).",
+        raise SpecError(f"{where}: timestamp {shown(stamp)} is not a time in ms from 0 to {MAX_TIMESTAMP_MS:,} "
+                        "(7 days).",
                         "It is the request's arrival, and the replay waits for it: the longest public LLM serving "
                         "trace (Azure's 2024 week-long one) spans 7 days.", FIX)
     for name, value, top in (("input_length", inp, MAX_PROMPT_TOKENS), ("output_length", out, MAX_OUTPUT_TOKENS)):
         if not (isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= top):
-            raise SpecError(f"{where}: {name} {value!r} is not a whole number of tokens from 1 to {top:,}.",
+            raise SpecError(f"{where}: {name} {shown(value)} is not a whole number of tokens from 1 to {top:,}.",
                             "Each request needs its prompt and output lengths.", FIX)
     if not (isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)):
         raise SpecError(f"{where}: hash_ids is not a list of integers.", "Each id names one block of the prompt.", FIX)

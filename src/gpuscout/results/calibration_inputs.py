@@ -14,12 +14,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from pydantic import ValidationError
+
 from gpuscout.errors import GpuscoutError, SpecError
 from gpuscout.estimator.calibration import _LLM_PAIRS, DENOISER_METRIC, Extracted, Observation
 from gpuscout.estimator.efficiency import EFFICIENCY_KINDS, calibrated
 from gpuscout.hardware.catalog import Gpu, lookup_gpu
 from gpuscout.results.schema import BenchResult, Case, Metric
-from gpuscout.userfile import printable, shown
+from gpuscout.userfile import first_invalid_field, printable, shown
 
 
 def observations_from_result(result: BenchResult, path: Path, *, digest: str,
@@ -96,7 +98,10 @@ def _case_observations(result: BenchResult, case: Case, job: Any, model: Any, gp
     """The case's measured phases beside the default estimate of the job at the case's size."""
     from gpuscout.estimator.speed.estimate import estimate_speed
 
-    sized = _at_case_size(job, case)
+    try:
+        sized = _at_case_size(job, case)
+    except ValidationError as exc:  # a hand-edited size (a fraction of a token, say) makes no job to estimate
+        return [], [f"its sizes make no valid job: {first_invalid_field(exc, 'params')}"]
     try:
         with calibrated(None):
             speed = estimate_speed(sized, model, gpu)
