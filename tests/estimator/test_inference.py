@@ -91,7 +91,7 @@ def test_memory_never_shrinks_as_concurrency_or_context_grow(
 # --- vLLM settings and short-prompt latency (docs/estimator.md §3.6) ---
 
 def _speed(gpu: str, tp: int = 1, **kw: object) -> dict[str, float]:
-    from gpuscout.estimator.speed.estimate.serve import estimate_inference_speed
+    from gpuscout.estimator.speed.serve import estimate_inference_speed
     j = job(requests=1, **kw)
     return estimate_inference_speed(j, LLAMA, find_gpu(gpu), gpus=tp, efficiency=None).metrics
 
@@ -100,7 +100,7 @@ def test_ttft_matches_a_measured_v1_server() -> None:
     # vLLM 0.31, Llama-3.1-8B-Instruct, A100 80GB, one request: first chunk at 182 ms for a
     # 2,065-token prompt (prefix-cache miss) and 42–47 ms when all but the last partial block hit.
     def ttft(hit: float) -> float:
-        from gpuscout.estimator.speed.estimate.serve import estimate_inference_speed
+        from gpuscout.estimator.speed.serve import estimate_inference_speed
         j = InferenceJob.model_validate({"kind": "inference", "model": "llama-3.1-8b", "prompt_tokens": 2065,
                                          "output_tokens": 64, "requests": 1, "prefix_hit_rate": hit})
         shape = load_llm_preset("llama-3.1-8b")
@@ -127,7 +127,7 @@ def test_decode_batch_is_capped_by_max_num_seqs() -> None:
 def test_enforce_eager_decode_matches_a_measured_slowdown() -> None:
     # vllm-omni#7960: a Qwen2.5-7B-shaped LLM on A800s, ~13 ms per token with CUDA graphs and
     # ~22-23 ms eager, one request.
-    from gpuscout.estimator.speed.estimate.serve import estimate_inference_speed
+    from gpuscout.estimator.speed.serve import estimate_inference_speed
 
     def tpot(eager: bool) -> float:
         j = InferenceJob.model_validate({"kind": "inference", "model": "qwen2.5-7b", "prompt_tokens": 200,

@@ -10,9 +10,9 @@ from gpuscout.errors import SpecError
 from gpuscout.estimator.efficiency import EFFICIENCY_KINDS
 from gpuscout.estimator.inference import weight_terms
 from gpuscout.estimator.speed.estimate import Efficiency, SpeedEstimate, default_efficiency, estimate_speed
-from gpuscout.estimator.speed.estimate.roofline import Rates, phase
-from gpuscout.estimator.speed.estimate.serve import VLLM_REQUEST_OVERHEAD_S
-from gpuscout.estimator.speed.estimate.train import training_flops
+from gpuscout.estimator.speed.roofline import Rates, phase
+from gpuscout.estimator.speed.serve import VLLM_REQUEST_OVERHEAD_S
+from gpuscout.estimator.speed.train import training_flops
 from gpuscout.hardware.catalog import Gpu, find_gpu, load_catalog
 from gpuscout.workload.hf_config import shape_from_hf_config
 from gpuscout.workload.image import load_image_preset

@@ -18,7 +18,7 @@ from gpuscout.estimator.fit import suggest_changes
 from gpuscout.estimator.host import OFFLOAD_HOST_COPIES, estimate_host
 from gpuscout.estimator.inference import estimate_inference_memory
 from gpuscout.estimator.params import linear_params, quantized_linear_params, unquantized_linear_params
-from gpuscout.estimator.speed.estimate.train import COMPILE_COMPUTE_GAIN, estimate_finetune_speed
+from gpuscout.estimator.speed.train import COMPILE_COMPUTE_GAIN, estimate_finetune_speed
 from gpuscout.estimator.training import (
     NF4_BYTES,
     NF4_CONSTANT_BYTES,

@@ -17,7 +17,7 @@ from gpuscout.estimator.fit import candidates, limits, suggest_changes
 from gpuscout.estimator.image import estimate_image_memory
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.speed.estimate import estimate_speed
-from gpuscout.estimator.speed.estimate.video import dit_forward_flops
+from gpuscout.estimator.speed.video import dit_forward_flops
 from gpuscout.estimator.video import (
     conv_workspace_term,
     denoiser_batch,

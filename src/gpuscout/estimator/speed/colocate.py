@@ -17,8 +17,8 @@ Throughputs are for all models together. Latency targets (`[slo]`) are the main 
 from __future__ import annotations
 
 from gpuscout.estimator.efficiency import Efficiency
-from gpuscout.estimator.speed.estimate.roofline import SpeedEstimate
-from gpuscout.estimator.speed.estimate.serve import estimate_inference_speed
+from gpuscout.estimator.speed.roofline import SpeedEstimate
+from gpuscout.estimator.speed.serve import estimate_inference_speed
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.colocated import labels, require_colocated, served_jobs
 from gpuscout.workload.job import InferenceJob

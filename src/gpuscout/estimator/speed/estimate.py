@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING
 
 from gpuscout.estimator.efficiency import Efficiency, calibrated, default_efficiency
 from gpuscout.estimator.memory import Job, Model, kind_mismatch
-from gpuscout.estimator.speed.estimate.colocate import estimate_colocated_speed
-from gpuscout.estimator.speed.estimate.image import estimate_image_speed
-from gpuscout.estimator.speed.estimate.roofline import Bound, PhaseTime, SpeedEstimate
-from gpuscout.estimator.speed.estimate.serve import estimate_inference_speed
-from gpuscout.estimator.speed.estimate.train import estimate_finetune_speed
-from gpuscout.estimator.speed.estimate.video import estimate_video_speed
+from gpuscout.estimator.speed.colocate import estimate_colocated_speed
+from gpuscout.estimator.speed.image import estimate_image_speed
+from gpuscout.estimator.speed.roofline import Bound, PhaseTime, SpeedEstimate
+from gpuscout.estimator.speed.serve import estimate_inference_speed
+from gpuscout.estimator.speed.train import estimate_finetune_speed
+from gpuscout.estimator.speed.video import estimate_video_speed
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.workload.image import ImageModelShape
 from gpuscout.workload.job import FinetuneJob, ImageJob, InferenceJob, VideoJob

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from gpuscout.estimator.efficiency import Efficiency, default_efficiency
 from gpuscout.estimator.image import component_dtype
-from gpuscout.estimator.speed.estimate.roofline import (
+from gpuscout.estimator.speed.roofline import (
     PhaseTime,
     Rates,
     SpeedEstimate,

@@ -30,7 +30,7 @@ import math
 
 from gpuscout.estimator.efficiency import Efficiency, default_efficiency
 from gpuscout.estimator.inference import kv_bytes_per_sequence, vllm_max_num_seqs, weight_terms
-from gpuscout.estimator.speed.estimate.roofline import (
+from gpuscout.estimator.speed.roofline import (
     PhaseTime,
     Rates,
     SpeedEstimate,

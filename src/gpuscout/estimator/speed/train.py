@@ -17,7 +17,7 @@ from gpuscout.errors import SpecError
 from gpuscout.estimator.activations import layer_activation_bytes_per_token
 from gpuscout.estimator.efficiency import Efficiency, default_efficiency
 from gpuscout.estimator.params import quantized_linear_params
-from gpuscout.estimator.speed.estimate.roofline import (
+from gpuscout.estimator.speed.roofline import (
     Bound,
     PhaseTime,
     Rates,

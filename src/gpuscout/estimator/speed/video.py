@@ -36,8 +36,8 @@ from __future__ import annotations
 import math
 
 from gpuscout.estimator.efficiency import Efficiency, default_efficiency
-from gpuscout.estimator.speed.estimate.image import EAGER_SCORE_PASSES
-from gpuscout.estimator.speed.estimate.roofline import (
+from gpuscout.estimator.speed.image import EAGER_SCORE_PASSES
+from gpuscout.estimator.speed.roofline import (
     PhaseTime,
     Rates,
     SpeedEstimate,

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuscout.documents.kinds import CheckMetric, ChecksDoc
-from gpuscout.report.html.page.parts import Html, bullets, figure, para, shorten, table, tag
-from gpuscout.report.html.page.svg import Canvas, label
+from gpuscout.report.html.parts import Html, bullets, figure, para, shorten, table, tag
+from gpuscout.report.html.svg import Canvas, label
 from gpuscout.report.numbers import value_in
 
 _MAX_ROWS = 60

@@ -15,8 +15,8 @@ from gpuscout.report.compare_cells import (
     ratio_note,
     telemetry_lines,
 )
-from gpuscout.report.html.page.parts import Html, bullets, figure, para, table, tag
-from gpuscout.report.html.page.svg import Canvas, label, log_scale
+from gpuscout.report.html.parts import Html, bullets, figure, para, table, tag
+from gpuscout.report.html.svg import Canvas, label, log_scale
 from gpuscout.report.numbers import duration, ratio, ratio_band, value_in
 from gpuscout.report.pick import shown_money
 from gpuscout.results.compare import Comparison, MetricRow

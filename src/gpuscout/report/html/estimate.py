@@ -5,8 +5,8 @@ from __future__ import annotations
 from gpuscout.documents.kinds import EstimateDoc
 from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.screen import GpuVerdict
-from gpuscout.report.html.page.parts import Html, figure, para, table, tag
-from gpuscout.report.html.page.svg import Canvas, label
+from gpuscout.report.html.parts import Html, figure, para, table, tag
+from gpuscout.report.html.svg import Canvas, label
 from gpuscout.report.numbers import GIB, duration, gib, gib_number
 
 # Stacking order and colours (Okabe–Ito): what the model is, then what the step adds, then overheads.

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from gpuscout.documents.kinds import RunDoc
-from gpuscout.report.html.page.parts import Html, bullets, figure, para, table
-from gpuscout.report.html.page.svg import Canvas, color, label
+from gpuscout.report.html.parts import Html, bullets, figure, para, table
+from gpuscout.report.html.svg import Canvas, color, label
 from gpuscout.report.numbers import common_unit, in_unit, money, percent, seconds, sig
 from gpuscout.results.schema import Case, Metric
 from gpuscout.workload.job import Slo

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from gpuscout.documents.kinds import ChecksDoc, CompareDoc, Document, EstimateDoc, PickDoc, RunDoc
-from gpuscout.report.html.page.checks import checks_view
-from gpuscout.report.html.page.compare import compare_view
-from gpuscout.report.html.page.estimate import estimate_view
-from gpuscout.report.html.page.parts import Html, section, table, tag
-from gpuscout.report.html.page.pick import pick_view
-from gpuscout.report.html.page.runs import runs_view
-from gpuscout.report.html.page.svg import Canvas
+from gpuscout.report.html.checks import checks_view
+from gpuscout.report.html.compare import compare_view
+from gpuscout.report.html.estimate import estimate_view
+from gpuscout.report.html.parts import Html, section, table, tag
+from gpuscout.report.html.pick import pick_view
+from gpuscout.report.html.runs import runs_view
+from gpuscout.report.html.svg import Canvas
 from gpuscout.workload.job import Slo
 
 # No script may run and nothing may be fetched; styles are inline (matplotlib's SVG uses style attributes).

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from gpuscout.cost.pick import PickRow
 from gpuscout.documents.kinds import PickDoc
 from gpuscout.hardware.currency import DisplayCurrency, from_usd
-from gpuscout.report.html.page.parts import Html, bullets, details, figure, para, shorten, table, tag
-from gpuscout.report.html.page.svg import Canvas, color, log_scale
+from gpuscout.report.html.parts import Html, bullets, details, figure, para, shorten, table, tag
+from gpuscout.report.html.svg import Canvas, color, log_scale
 from gpuscout.report.numbers import duration, duration_band
 from gpuscout.report.pick import TOP, plan_words, rates_text, shown_money, shown_rows, unit_costs
 

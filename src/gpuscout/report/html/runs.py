@@ -14,9 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpuscout.documents.kinds import RunDoc
-from gpuscout.report.html.page.load import load_tables, sweep_plots
-from gpuscout.report.html.page.parts import Html, bullets, figure, shorten, table, tag
-from gpuscout.report.html.page.svg import Canvas, color, label
+from gpuscout.report.html.load import load_tables, sweep_plots
+from gpuscout.report.html.parts import Html, bullets, figure, shorten, table, tag
+from gpuscout.report.html.svg import Canvas, color, label
 from gpuscout.report.numbers import common_unit, in_unit, value_in
 from gpuscout.results.entries import describe
 from gpuscout.results.fairness import labels

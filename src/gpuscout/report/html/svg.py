@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 from gpuscout.errors import MissingDependencyError
-from gpuscout.report.html.page.parts import Html
+from gpuscout.report.html.parts import Html
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
