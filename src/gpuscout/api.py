@@ -478,11 +478,11 @@ def bench(job: JobRef, *, settings: BenchSettings | None = None, probe: bool = F
         if path is not None:
             save_result(partial.model_copy(update={"doctor": attached}), path)
 
-    with stop_on_signals() as stops:
+    with stop_on_signals() as stops:  # the final write too: a second Ctrl-C never costs it
         result = run_bench(the_job, base_dir=base_dir, settings=settings or BenchSettings(), probe=probe,
                            progress=progress, checkpoint=keep)
-    result = result.model_copy(update={"doctor": attached})
-    keep(result)
+        result = result.model_copy(update={"doctor": attached})
+        keep(result)
     interrupted = any(f.kind == "interrupted" for c in result.cases
                       for f in (*([c.failure] if c.failure else []), *c.failed_runs))
     return BenchReport(result=result, estimate=estimate_beside(result, the_job, model), output=path,
@@ -648,9 +648,9 @@ def load(plan: LoadPlan, *, output: str | Path | None = None, offers: str | Path
 
     if the_offer is not None and plan.server_gpu is None:  # the offer says which GPU served: pick reads it
         plan = plan.model_copy(update={"server_gpu": the_offer.gpu, "server_gpus": the_offer.gpu_count})
-    with stop_on_signals() as stops:
+    with stop_on_signals() as stops:  # the final write too: a second Ctrl-C never costs it
         outcome = run_plan(plan, output=path, progress=progress, checkpoint=keep)
-    keep(outcome.result)
+        keep(outcome.result)
     costs: tuple[LoadCost, ...] = ()
     if the_offer is not None and sheet is not None:
         costs = price_load_cases_on_offer(outcome.result.cases, the_offer, sheet.exchange_rates)
@@ -806,9 +806,9 @@ def doctor(*, offers: str | Path | None = None, offer: str | None = None, gpu: s
         if path is not None:
             save_result(partial, path)
 
-    with stop_on_signals() as stops:
+    with stop_on_signals() as stops:  # the final write too: a second Ctrl-C never costs it
         result = run_doctor(options, expected, network=network, progress=progress, checkpoint=keep)
-    keep(result)
+        keep(result)
     interrupted = any(c.failure is not None and c.failure.kind == "interrupted" for c in result.cases)
     return DoctorReport(result=result, output=path, stopped_by=(stops.signum or signal.SIGINT) if interrupted else None)
 
