@@ -9,8 +9,6 @@ workers' reports for the progress bar. The run ends when torchrun exits, when it
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -23,12 +21,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpuscout.host import usable_cores
 from gpuscout.doctor.plan import DoctorPlan, RankReport
+from gpuscout.host import usable_cores
+from gpuscout.interrupts import set_parent_death_signal
 from gpuscout.measure.gpu_telemetry import GpuReading, GpuSampler
 
 POLL_S = 0.5
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 @dataclass
@@ -88,8 +86,7 @@ def _worker_env(device: str, nproc: int) -> dict[str, str]:
 
 def _die_with_us() -> None:
     """In the torchrun process: the kernel kills it if the doctor dies (its workers follow, doctor.worker)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    set_parent_death_signal()
 
 
 def _wait(proc: subprocess.Popen[bytes], out: Path, nproc: int, deadline_s: float,

@@ -22,7 +22,8 @@ from typing import Any
 
 from gpuscout.doctor.checks import all_pairs, allreduce_checks, matmul_checks, p2p_checks, ring_pairs
 from gpuscout.doctor.plan import CPU_MATMUL_N, GPU_MATMUL_N, DoctorPlan, Phase, RankReport
-from gpuscout.measure.harness import BenchSettings, classify_failure, die_with_parent, failed_case
+from gpuscout.interrupts import die_with_parent
+from gpuscout.measure.harness import BenchSettings, classify_failure, failed_case
 from gpuscout.measure.probes import checkpoint_case, device_bandwidth_case, host_copy_case
 from gpuscout.results.schema import Case
 
