@@ -14,14 +14,17 @@ terminal). `stop_on_signals()` holds them for the duration of a command:
   for SIGHUP), the shell's convention.
 
 Scopes nest (the command line holds one for the whole process, the library call its own): they
-share the first signal, and the outermost one restores the previous handlers.
+share the first signal, and the outermost one restores the previous handlers. A signal the process
+was started ignoring (`nohup`'s SIGHUP, a background job's SIGINT) stays ignored.
 
 `deferred_signals()` is the critical section of a write: inside it every stop signal is held back
 and delivered, to whatever handler is then in place, once the block has ended — so a file being
 written is always written whole (`outfile.write_atomic`).
 
-`die_with_parent()`, called first thing in a child process, ends the child when the process that
-started it dies, however it died (SIGKILL included): no case or load worker runs on unowned.
+Child processes are started under `signals_blocked()` and take the stop signals once their own
+handlers are set (`unblock_stop_signals`), so a Ctrl-C during their start-up is no traceback;
+`die_with_parent()`, called first thing in a child, ends it when the process that started it dies,
+however it died (SIGKILL included): no case or load worker runs on unowned.
 """
 
 from __future__ import annotations
@@ -40,7 +43,6 @@ from types import FrameType
 
 # SIGHUP does not exist on Windows; take what this platform has.
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
-TERMINATION_SIGNALS = tuple(s for s in STOP_SIGNALS if s != signal.SIGINT)
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _REPEAT_NOTE = b"stopping: keeping what finished first; another Ctrl-C will not cut that short\n"
 
