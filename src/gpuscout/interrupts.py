@@ -211,21 +211,37 @@ def set_parent_death_signal() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int, *, also: int | None = None) -> None:
     """End this child process when the process that started it dies, however it died (even SIGKILL).
 
     On Linux the kernel delivers SIGKILL on the parent's death (`set_parent_death_signal`); elsewhere a
     watchdog thread polls the parent id. Either way a killed parent leaves no child running on (a bench
     case can hold a GPU for minutes, a load worker keeps loading the server, and the late result of
-    either has nowhere to go).
+    either has nowhere to go). `also`: a process further up that this one must not outlive either — a
+    grandparent, when the parent may have died before this process could ask the kernel.
     """
     set_parent_death_signal()
-    if os.getppid() != parent:  # the parent died before the request took effect
+    if os.getppid() != parent or (also is not None and not _alive(also)):  # died before the request took effect
         os._exit(1)
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="gpuscout-parent-watch").start()
+    threading.Thread(target=_watch_parent, args=(parent, also), daemon=True, name="gpuscout-parent-watch").start()
 
 
-def _watch_parent(parent: int) -> None:
-    while os.getppid() == parent:
+def _watch_parent(parent: int, also: int | None) -> None:
+    while os.getppid() == parent and (also is None or _alive(also)):
         time.sleep(1.0)
     os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (an ended one not yet reaped, a zombie, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return True  # no /proc here: it answered the signal, so it exists

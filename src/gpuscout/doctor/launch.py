@@ -27,6 +27,7 @@ from gpuscout.interrupts import set_parent_death_signal
 from gpuscout.measure.gpu_telemetry import GpuReading, GpuSampler
 
 POLL_S = 0.5
+DOCTOR_PID_ENV = "GPUSCOUT_DOCTOR_PID"  # the workers end with the doctor, even if torchrun died first
 
 
 @dataclass
@@ -78,7 +79,7 @@ def run_workers(plan: DoctorPlan, nproc: int, *, deadline_s: float, nvml: Any | 
 def _worker_env(device: str, nproc: int) -> dict[str, str]:
     """torchrun pins each worker to one intra-op thread unless told (with a warning); on the CPU the
     workers share the cores evenly instead, and on a GPU one thread each is what a training job uses."""
-    env = dict(os.environ)
+    env = dict(os.environ) | {DOCTOR_PID_ENV: str(os.getpid())}
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(max(usable_cores() // nproc, 1) if device == "cpu" else 1)
     return env
