@@ -5,7 +5,8 @@ Run: .venv/bin/python benchmarks/signals_soak.py [--runs 60] [--seed 0] [--kills
 Each run starts `gpuscout load` (one process, or `--workers 2`) against the fake OpenAI server of
 tests/loadgen in a process of its own on 127.0.0.1, and stops it with a plan drawn from
 `random.Random(f"{seed}-{run}")`: Ctrl-C once to five times (to the process group, as a terminal
-sends it), SIGTERM or SIGHUP to the process, then more of any of them, 0 to 100 ms apart, the first
+sends it), SIGTERM or SIGHUP to the process or to one of its workers, then more of any of them, 0 to
+100 ms apart, the first
 0 to 1.5 s after the server received the run's first request. Each run is checked as
 tests/cli/test_load_signals.py checks its few (`stop_runs.problems`): exit code 128 + the first signal,
 no traceback, the result file readable, every request the server finished before the signal in it
@@ -45,11 +46,14 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 def draw_plan(rng: random.Random) -> StopPlan:
     first = rng.choice(SIGNALS)
-    group = first != signal.SIGTERM and rng.random() < 0.8  # a terminal signals the group; kill, the process
-    later = tuple(rng.choice(SIGNALS) if rng.random() < 0.3 else first for _ in range(rng.randint(0, 4)))
     workers = rng.choice((1, 2))
-    name = "+".join(s.name for s in (first, *later)) + (" group" if group else " pid") + f" workers={workers}"
-    return StopPlan(name, (first, *later), workers=workers, group=group, max_gap_s=0.1, max_delay_s=1.5)
+    # a terminal signals the group; kill, the process (now and then one worker of it)
+    to = "group" if first != signal.SIGTERM and rng.random() < 0.8 else "parent"
+    if workers > 1 and rng.random() < 0.15:
+        to = "worker"
+    later = tuple(rng.choice(SIGNALS) if rng.random() < 0.3 else first for _ in range(rng.randint(0, 4)))
+    name = "+".join(s.name for s in (first, *later)) + f" {to} workers={workers}"
+    return StopPlan(name, (first, *later), workers=workers, to=to, max_gap_s=0.1, max_delay_s=1.5)
 
 
 def killed_parent(server: FakeProcess, out: Path) -> dict[str, Any]:

@@ -29,12 +29,13 @@ pytestmark = pytest.mark.skipif(not Path("/proc").is_dir() or not hasattr(signal
 INT, TERM, HUP = signal.SIGINT, signal.SIGTERM, signal.SIGHUP
 PLANS = [
     StopPlan("ctrl-c twice 50 ms apart", (INT, INT)),
-    StopPlan("SIGTERM to the process, then ctrl-c", (TERM, INT), group=False, max_gap_s=0.1),
+    StopPlan("SIGTERM to the process, then ctrl-c", (TERM, INT), to="parent", max_gap_s=0.1),
     StopPlan("SIGHUP, then SIGHUP again", (HUP, HUP)),
     StopPlan("ctrl-c three times", (INT, INT, INT), max_gap_s=0.1),
     StopPlan("workers: ctrl-c twice 50 ms apart", (INT, INT), workers=2),
-    StopPlan("workers: SIGTERM twice to the parent", (TERM, TERM), workers=2, group=False),
+    StopPlan("workers: SIGTERM twice to the parent", (TERM, TERM), workers=2, to="parent"),
     StopPlan("workers: SIGHUP, then ctrl-c", (HUP, INT), workers=2),
+    StopPlan("workers: SIGHUP to one worker only", (HUP,), workers=2, to="worker"),
 ]
 
 

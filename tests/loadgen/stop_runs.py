@@ -36,12 +36,13 @@ CONCURRENCY = 4
 
 @dataclass(frozen=True)
 class StopPlan:
-    """Which signals, how far apart, to whom: the process group (a terminal's Ctrl-C) or the process."""
+    """Which signals, how far apart, to whom: the process group (a terminal's Ctrl-C), the process, or one
+    of its `--workers` processes (someone's `kill` of it)."""
 
     name: str
     signals: tuple[signal.Signals, ...]
     workers: int = 1
-    group: bool = True
+    to: str = "group"  # group | parent | worker
     max_gap_s: float = 0.05  # the later signals come 0 … this long after the one before
     max_delay_s: float = 1.2  # the first comes 0 … this long after the server's first request
 
@@ -86,6 +87,7 @@ def stopped_load(server: FakeProcess, out: Path, plan: StopPlan, rng: random.Ran
         delay = rng.uniform(0.0, plan.max_delay_s)
         time.sleep(delay)
         processes = [proc.pid, *descendants(proc.pid)]
+        target = _target(plan, proc.pid, processes)
         t_signal = time.perf_counter()
         sent = 0
         for i, sig in enumerate(plan.signals):
@@ -93,7 +95,7 @@ def stopped_load(server: FakeProcess, out: Path, plan: StopPlan, rng: random.Ran
                 time.sleep(rng.uniform(0.0, plan.max_gap_s))
             if proc.poll() is not None:
                 break
-            (os.killpg if plan.group else os.kill)(proc.pid, sig)
+            (os.killpg if plan.to == "group" else os.kill)(target, sig)
             sent += 1
         _, stderr = proc.communicate(timeout=180)
     finally:
@@ -131,6 +133,20 @@ def problems(outcome: Outcome) -> list[str]:
     if outcome.left:
         found.append(f"process(es) {outcome.left} still running after the command ended")
     return found
+
+
+def _target(plan: StopPlan, pid: int, processes: list[int]) -> int:
+    """The process (or group) id to signal."""
+    if plan.to != "worker":
+        return pid
+    for candidate in processes[1:]:
+        try:
+            cmdline = Path(f"/proc/{candidate}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline:  # a load worker (multiprocessing's resource tracker is the other child)
+            return candidate
+    raise AssertionError(f"no worker process among {processes}")
 
 
 def _wait_for_requests(server: FakeProcess, base: int, proc: subprocess.Popen[str], limit_s: float = 120.0) -> None:
