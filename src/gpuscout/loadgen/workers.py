@@ -200,17 +200,19 @@ def _worker(share: int, of: int, url: str, model: str, workload: Any, shape: Loa
     The process dies with the parent, even on SIGKILL (`interrupts.die_with_parent`).
     """
     hold_stop_signals(also=(STOP_WORKER,))  # the parent stops it with STOP_WORKER, even under nohup
-    message: tuple[int, str | None, Any] | None = None
+    run: LoadRun | None = None
     try:
         unblock_stop_signals()  # started with them blocked: one that came meanwhile lands here
         die_with_parent(parent)
-        message = (share, _run(share, of, url, model, workload, shape, options, counter, done, t0, go, ready,
-                               warmup_first, warmup_total).model_dump_json(), None)
+        run = _run(share, of, url, model, workload, shape, options, counter, done, t0, go, ready, warmup_first,
+                   warmup_total)
         ignore_stop_signals()  # finished: nothing left to stop, the run is handed in whatever comes
+        message: tuple[int, str | None, Any] = (share, run.model_dump_json(), None)
     except LoadInterrupted as stop:
         message = (share, stop.run.model_dump_json() if stop.run else None, stop.signum or signal.SIGINT)
-    except KeyboardInterrupt as stop:  # before the run began, or between its end and the line above
-        message = message or (share, None, getattr(stop, "signum", None) or signal.SIGINT)
+    except KeyboardInterrupt as stop:  # before the run began, or just after it ended (then it is whole)
+        message = (share, run.model_dump_json(), None) if run is not None else \
+            (share, None, getattr(stop, "signum", None) or signal.SIGINT)
     except GpuscoutError as exc:
         message = (share, None, (exc.what, exc.why, exc.fix))
     except Exception as exc:  # a bug: the parent raises it with its text
