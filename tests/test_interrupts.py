@@ -131,3 +131,18 @@ def test_signals_a_process_was_started_ignoring_stay_ignored() -> None:
                           preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN))
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:2] == ["alive after SIGHUP True", "stopped by SIGTERM"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads the signal mask from /proc")
+def test_a_child_starts_with_the_stop_signals_blocked_and_a_signal_meanwhile_waits_for_the_block() -> None:
+    reached = []
+    with stop_on_signals(announce=False) as stops, pytest.raises(TerminationRequest), interrupts.signals_blocked():
+        child = subprocess.Popen([sys.executable, "-c", "print(open('/proc/self/status').read())"],
+                                 stdout=subprocess.PIPE, text=True)
+        kill_self(signal.SIGTERM)
+        reached.append("the start went on")
+    status, _ = child.communicate(timeout=60)
+    blocked = int(next(line for line in status.splitlines() if line.startswith("SigBlk:")).split()[1], 16)
+    wanted = sum(1 << (s - 1) for s in interrupts.STOP_SIGNALS)
+    assert blocked & wanted == wanted
+    assert reached and stops.signum == signal.SIGTERM

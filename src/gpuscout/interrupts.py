@@ -174,8 +174,9 @@ def ignore_stop_signals() -> None:
 def signals_blocked() -> Iterator[None]:
     """Block the stop signals in this thread while the block runs: a process started inside it inherits
     them blocked, so a Ctrl-C during its start-up waits until it has set its own handlers and unblocks
-    them (`unblock_stop_signals`). Signals for this process still reach it through its other threads,
-    or as soon as the block ends.
+    them (`unblock_stop_signals`). A signal for this process is held until the block ends (it may
+    reach another thread meanwhile; its handler waits, `deferred_signals`), so a child is never left
+    half started.
 
     multiprocessing's resource tracker is started here if it is not yet running: it unblocks SIGINT
     and SIGTERM (which it ignores) but not SIGHUP, whose default would end it when the terminal hangs
@@ -192,7 +193,8 @@ def signals_blocked() -> Iterator[None]:
 
             resource_tracker.ensure_running()  # it unblocks SIGINT and SIGTERM here on its way out
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        yield
+        with deferred_signals():  # another thread may take the signal: its Python handler still waits
+            yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
