@@ -30,13 +30,14 @@ ALLOWED: dict[str, set[str]] = {
     "cost": {"results", "estimator", "hardware", "workload"},
     # documents reads gpuscout's own outputs back (estimate, pick, compare, results) into the models that wrote them.
     "documents": {"results", "cost", "estimator", "workload", "hardware"},
-    "report": {"estimator", "measure", "doctor", "trace", "loadgen", "results", "cost", "documents", "workload", "hardware"},
-    "api": {"estimator", "torchmodel", "measure", "doctor", "trace", "loadgen", "results", "cost", "documents", "workload",
-            "hardware"},
+    "report": {"estimator", "measure", "doctor", "trace", "loadgen", "results", "cost", "documents", "workload",
+               "hardware"},
+    "api": {"estimator", "torchmodel", "measure", "doctor", "trace", "loadgen", "results", "cost", "documents",
+            "workload", "hardware"},
     "__init__": {"api", "loadgen", "measure", "workload", "cost"},
     "__main__": {"cli"},
-    "cli": {"api", "report", "estimator", "measure", "doctor", "trace", "loadgen", "results", "cost", "documents", "workload",
-            "hardware"},
+    "cli": {"api", "report", "estimator", "measure", "doctor", "trace", "loadgen", "results", "cost", "documents",
+            "workload", "hardware"},
     # examples: specs, the price sheet, and standalone scripts a user runs beside gpuscout (an image server)
     "examples": set(),
 }

@@ -791,8 +791,8 @@ def doctor(*, offers: str | Path | None = None, offer: str | None = None, gpu: s
 
     With `output` the result is written after every step, so Ctrl-C, SIGTERM or SIGHUP keep what finished.
     """
-    from gpuscout.interrupts import stop_on_signals
     from gpuscout.doctor.run import DoctorOptions, run_doctor
+    from gpuscout.interrupts import stop_on_signals
     from gpuscout.results.store import save_result
 
     path = _checked_output(output, "doctor result")
@@ -814,8 +814,8 @@ def doctor(*, offers: str | Path | None = None, offer: str | None = None, gpu: s
 
 
 def _doctor_expected(offers: str | Path | None, offer: str | None, gpu: str | None) -> Any:
-    from gpuscout.errors import SpecError
     from gpuscout.doctor.identity import Expected, expected_from_gpu, expected_from_offer
+    from gpuscout.errors import SpecError
 
     if gpu is not None and offer is not None:
         raise SpecError("--gpu and --offer were both given.", "The box is held against one of them.",
@@ -847,8 +847,8 @@ def _doctor_network(url: str | None) -> tuple[Any, str | None]:
 def doctor_of_this_machine(path: str | Path) -> Any:
     """The verdict of a doctor result written on this machine, to attach to a bench result; another
     machine's, or a result of another kind, is refused (docs/doctor.md §5)."""
-    from gpuscout.errors import SpecError
     from gpuscout.doctor.inventory import current_identity, different_machine
+    from gpuscout.errors import SpecError
     from gpuscout.results.store import load_result
 
     result = load_result(Path(path))

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from gpuscout import api
-from gpuscout.errors import SpecError
 from gpuscout.doctor.verdict import EXIT_CODES
+from gpuscout.errors import SpecError
 from gpuscout.measure.harness import BenchSettings
 from gpuscout.results.schema import BenchResult
 from gpuscout.results.store import load_result

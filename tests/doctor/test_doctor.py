@@ -12,7 +12,6 @@ from dataclasses import replace
 
 import pytest
 
-from gpuscout.hardware.bands import band_for, host_copy_band
 from gpuscout.doctor.health import health_findings, link_findings, load_findings, xid_findings
 from gpuscout.doctor.identity import Expected, expected_from_gpu, gpu_sku, identity_findings
 from gpuscout.doctor.inventory import (
@@ -32,6 +31,7 @@ from gpuscout.doctor.performance import (
 )
 from gpuscout.doctor.plan import RankReport
 from gpuscout.doctor.verdict import EXIT_CODES, decide, judge, position
+from gpuscout.hardware.bands import band_for, host_copy_band
 from gpuscout.measure.gpu_telemetry import summarize_gpu
 from gpuscout.results.schema import Case, DoctorFinding, MachineIdentity, Metric
 from readings import DEGRADED_X8, KERNEL_LOG, STUCK_GEN1, THERMAL, FakeNvml, a100, h100, nvml_gpu, rtx4090, run

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuscout.doctor.run import _collect, merge_cases
 from gpuscout.doctor.findings import Evidence, all_findings
 from gpuscout.doctor.identity import Expected
 from gpuscout.doctor.inventory import read_inventory
 from gpuscout.doctor.launch import WorkerRun, own_readings, phase_readings
 from gpuscout.doctor.plan import Phase, RankReport
+from gpuscout.doctor.run import _collect, merge_cases
 from gpuscout.doctor.verdict import decide
 from gpuscout.results.schema import Case, Metric
 from readings import DEGRADED_X8, THERMAL, FakeNvml, a100, nvml_gpu, run

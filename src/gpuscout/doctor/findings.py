@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpuscout.hardware.catalog import Gpu, lookup_gpu
 from gpuscout.doctor.health import health_findings
 from gpuscout.doctor.host import (
     checkpoint_findings,
@@ -30,6 +29,7 @@ from gpuscout.doctor.performance import (
 )
 from gpuscout.doctor.plan import RankReport
 from gpuscout.doctor.verdict import finding
+from gpuscout.hardware.catalog import Gpu, lookup_gpu
 from gpuscout.results.schema import Case, DoctorFinding, DoctorStatus, GpuTelemetry
 
 

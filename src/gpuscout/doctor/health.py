@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuscout.hardware.catalog import Gpu
 from gpuscout.doctor.inventory import GpuInventory, Inventory, Xid
 from gpuscout.doctor.verdict import finding, info
+from gpuscout.hardware.catalog import Gpu
 from gpuscout.measure.telemetry import telemetry_findings
 from gpuscout.results.schema import DoctorFinding, DoctorStatus, GpuTelemetry
 

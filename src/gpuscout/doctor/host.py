@@ -12,11 +12,11 @@ import math
 import time
 from pathlib import Path
 
-from gpuscout.hardware.bands import floor_for
-from gpuscout.host import ram_bytes, usable_cores
 from gpuscout.doctor.identity import Expected
 from gpuscout.doctor.performance import metric
 from gpuscout.doctor.verdict import finding, info, judge, shown
+from gpuscout.hardware.bands import floor_for
+from gpuscout.host import ram_bytes, usable_cores
 from gpuscout.measure.startup import boot_time
 from gpuscout.results.schema import Case, DoctorFinding, Metric, StartupPhase
 

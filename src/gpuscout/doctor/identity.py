@@ -13,13 +13,13 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict
 
+from gpuscout.doctor.inventory import GpuInventory, Inventory
+from gpuscout.doctor.plan import RankReport
+from gpuscout.doctor.verdict import finding, info
 from gpuscout.errors import UnknownNameError
 from gpuscout.hardware.bands import variant_named, variants_of
 from gpuscout.hardware.catalog import Gpu, find_gpu, lookup_gpu
 from gpuscout.hardware.offers import Offer
-from gpuscout.doctor.inventory import GpuInventory, Inventory
-from gpuscout.doctor.plan import RankReport
-from gpuscout.doctor.verdict import finding, info
 from gpuscout.results.schema import DoctorFinding, DoctorStatus, Scalar
 
 # A GPU showing less than this share of its nameplate memory is a slice (vGPU, a partitioned or a

@@ -10,10 +10,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 
-from gpuscout.hardware.bands import band_for, host_copy_band, variants_of
-from gpuscout.hardware.catalog import Gpu, peak_flops_per_s
 from gpuscout.doctor.identity import label
 from gpuscout.doctor.verdict import finding, info, judge, position, shown
+from gpuscout.hardware.bands import band_for, host_copy_band, variants_of
+from gpuscout.hardware.catalog import Gpu, peak_flops_per_s
 from gpuscout.results.schema import Case, DoctorFinding, Metric
 
 # A soak at the power limit may run a few percent under a short burst; sustained rates are judged

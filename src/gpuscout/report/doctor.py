@@ -13,8 +13,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpuscout.hardware.bands import load_bands
 from gpuscout.doctor.verdict import EXIT_CODES
+from gpuscout.hardware.bands import load_bands
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.numbers import flops, rate, seconds, sig
 from gpuscout.results.schema import BenchResult, Case, DoctorFinding, DoctorVerdict, Metric
