@@ -95,7 +95,10 @@ def stopped_load(server: FakeProcess, out: Path, plan: StopPlan, rng: random.Ran
                 time.sleep(rng.uniform(0.0, plan.max_gap_s))
             if proc.poll() is not None:
                 break
-            (os.killpg if plan.to == "group" else os.kill)(target, sig)
+            try:
+                (os.killpg if plan.to == "group" else os.kill)(target, sig)
+            except ProcessLookupError:  # it ended between the check and the signal
+                break
             sent += 1
         _, stderr = proc.communicate(timeout=180)
     finally:
