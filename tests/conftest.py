@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+import gpuscout
 from gpuscout.hardware.catalog import Gpu, find_gpu
 from gpuscout.workload.presets import load_llm_preset
 from gpuscout.workload.shape import ModelShape
@@ -33,9 +34,12 @@ def _no_user_folders(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     record their runs in ~/.local/share/gpuscout/results.sqlite: every test gets empty config and data
     folders of its own, so a developer's calibration never changes a test's numbers and no test writes
     to the developer's store. A subprocess started with an environment of its own (most CLI tests pass
-    only PATH and COLUMNS) gets the same two folders, unless the test sets them itself."""
+    only PATH and COLUMNS) gets the same two folders, unless the test sets them itself, and imports the
+    gpuscout under test."""
     folders = {"XDG_CONFIG_HOME": str(tmp_path_factory.mktemp("xdg-config")),
-               "XDG_DATA_HOME": str(tmp_path_factory.mktemp("xdg-data"))}
+               "XDG_DATA_HOME": str(tmp_path_factory.mktemp("xdg-data")),
+               # the gpuscout under test, not whichever one is installed (a worktree beside an editable install)
+               "PYTHONPATH": str(Path(gpuscout.__file__).resolve().parents[1])}
     for name, folder in folders.items():
         monkeypatch.setenv(name, folder)
     monkeypatch.delenv("GPUSCOUT_STORE", raising=False)

@@ -3,8 +3,8 @@
 `check_output_path` refuses, before any work starts, an output path that is not a regular file or
 a new file in a writable folder (a folder, a symlink, a FIFO, a device, a name over 255 bytes);
 `write_atomic` writes through a temporary file in the same folder (fsync, then `os.replace`),
-removes its temporary file on every way out and the ones an earlier, killed write left behind
-(docs/design.md §4.10).
+removes its temporary file on every way out and the ones an earlier, killed write left behind, and
+holds stop signals back until the file is whole (docs/design.md §4.10).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 
 from gpuscout.errors import SpecError
+from gpuscout.interrupts import deferred_signals
 from gpuscout.userfile import MAX_NAME_BYTES, file_kind, shown
 
 _TEMP_SUFFIX = ".tmp"
@@ -128,9 +129,17 @@ def write_atomic(path: Path, text: str, *, what: str = "output file") -> None:
     """Write `text` so that readers see the old file or the whole new one, never a part.
 
     The target must pass `check_output_path`. A temporary file in the same folder is written,
-    fsync'd and renamed over `path`; it is removed on every way out, Ctrl-C included.
+    fsync'd and renamed over `path`; it is removed on every way out. A stop signal (Ctrl-C, SIGTERM,
+    SIGHUP) that arrives meanwhile is held back until the file is written whole, then acts
+    (`interrupts.deferred_signals`): a second Ctrl-C never costs the result being saved.
     """
     check_output_path(path, what)
+    with deferred_signals():
+        _replace(path, text, what)
+    clean_stale_temps(path)
+
+
+def _replace(path: Path, text: str, what: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path.name), suffix=_TEMP_SUFFIX, dir=path.parent)
@@ -149,7 +158,6 @@ def write_atomic(path: Path, text: str, *, what: str = "output file") -> None:
                                  "Free some disk space or choose another folder, then run again.") from None
         raise
     _sync_folder(path.parent)
-    clean_stale_temps(path)
 
 
 def _fill(fd: int, path: Path, text: str) -> None:

@@ -1,9 +1,12 @@
-"""A stopped bench keeps what finished: SIGTERM writes the partial result and exits 143; SIGKILL of the
-bench leaves the last checkpoint on disk; either way no case process runs on, and no traceback."""
+"""A stopped bench keeps what finished: SIGTERM writes the partial result and exits 143; Ctrl-C pressed
+twice, or SIGHUP then SIGTERM, at a random moment of `--runs 2` keeps every case run finished before it
+and exits 128 + the first signal; SIGKILL of the bench leaves the last checkpoint on disk; in every case
+no case process runs on, and no traceback."""
 
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -14,29 +17,34 @@ from pathlib import Path
 
 import pytest
 
+from gpuscout.results.schema import Case
 from gpuscout.results.store import load_result
+from processes import children, descendants, gone
+from processes import running as still_running
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def start_bench(out: Path, tmp_path: Path) -> subprocess.Popen[str]:
-    """Two cases (concurrency 1 and 2), each long enough to be killed in: many repeats of a tiny model."""
+def start_bench(out: Path, tmp_path: Path, *more: str) -> subprocess.Popen[str]:
+    """Two cases (concurrency 1 and 2), each long enough to be killed in: many repeats of a tiny model. In a
+    session of its own: a signal to its process group is what a terminal's Ctrl-C is."""
     spec = tmp_path / "job.toml"
     spec.write_text((EXAMPLES / "tiny-inference.toml").read_text().replace("concurrency = 4", "concurrency = 2")
                     .replace('model = "tiny-llama"', f'model = "{EXAMPLES / "tiny-llama"}"'))
     return subprocess.Popen([sys.executable, "-m", "gpuscout", "bench", str(spec), "-o", str(out), "--device", "cpu",
-                             "--warmup", "0", "--repeats", "400"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "120"})
+                             "--warmup", "0", "--repeats", "400", "--no-store", *more], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "COLUMNS": "120"})
 
 
 @contextmanager
-def running_bench(out: Path, tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+def running_bench(out: Path, tmp_path: Path, *more: str) -> Iterator[subprocess.Popen[str]]:
     """The bench, killed with its cases whatever the test's outcome (a failed test must not leave it running)."""
-    bench = start_bench(out, tmp_path)
+    bench = start_bench(out, tmp_path, *more)
     try:
         yield bench
     finally:
-        for pid in children(bench.pid):
+        for pid in descendants(bench.pid):
             with suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         if bench.poll() is None:
@@ -57,41 +65,11 @@ def wait_for_children(bench: subprocess.Popen[str], limit_s: float = 600.0) -> l
     """The bench's child processes, once it has one (the next case's process, started after the checkpoint):
     watched for, not assumed after a sleep, which a busy machine outlasts."""
     deadline = time.monotonic() + limit_s
-    while not (running := [p for p in children(bench.pid) if "Z" not in _state(p)]):
+    while not (now := still_running(children(bench.pid))):
         assert bench.poll() is None, bench.communicate()
         assert time.monotonic() < deadline, "the next case's process never started"
         time.sleep(0.05)
-    return running
-
-
-def children(pid: int) -> list[int]:
-    """Process ids whose parent is `pid` (from /proc)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-def gone(pids: list[int], limit_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + limit_s
-    while time.monotonic() < deadline:
-        if not any(Path(f"/proc/{p}").exists() and "Z" not in _state(p) for p in pids):
-            return True
-        time.sleep(0.2)
-    return False
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "Z"
+    return now
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process parents from /proc")
@@ -132,3 +110,35 @@ def _sigkill(out: Path, bench: subprocess.Popen[str], tmp_path: Path) -> None:
     assert any("partial" in n for n in result.notes)
     assert gone(running)  # the kernel ends the case with its parent (PR_SET_PDEATHSIG)
     assert not list(tmp_path.glob(".r.json.*.tmp"))
+
+
+def finished_runs(case: Case) -> int:
+    """The runs of a case that finished (an interrupted or failed one is kept beside them, not counted)."""
+    return case.runs - len(case.failed_runs) - (case.failure is not None)
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="reads process parents from /proc")
+@pytest.mark.parametrize(("signals", "group"), [((signal.SIGINT, signal.SIGINT), True),
+                                                ((signal.SIGHUP, signal.SIGTERM), False)],
+                         ids=["ctrl-c twice", "SIGHUP then SIGTERM"])
+def test_repeated_signals_at_a_random_moment_keep_every_finished_run(tmp_path: Path, signals: tuple[int, ...],
+                                                                      group: bool) -> None:
+    out = tmp_path / "r.json"
+    rng = random.Random(f"bench {signals}")
+    with running_bench(out, tmp_path, "--runs", "2") as bench:
+        wait_for_checkpoint(out, bench)
+        time.sleep(rng.uniform(0.0, 3.0))
+        before = {c.name: finished_runs(c) for c in load_result(out).cases}
+        running = descendants(bench.pid)
+        for i, sig in enumerate(signals):
+            if i:
+                time.sleep(rng.uniform(0.0, 0.1))
+            (os.killpg if group else os.kill)(bench.pid, sig)
+        _, stderr = bench.communicate(timeout=120)
+    assert bench.returncode == 128 + signals[0] and "Traceback" not in stderr, stderr
+    result = load_result(out)
+    after = {c.name: finished_runs(c) for c in result.cases}
+    assert all(after.get(name, 0) >= n for name, n in before.items()), (before, after)
+    assert not result.complete and any(f"interrupted by {'Ctrl-C' if signals[0] == signal.SIGINT else 'SIGHUP'}"
+                                       in n for n in result.notes), result.notes
+    assert gone(running)

@@ -74,13 +74,15 @@ def bench(job: JobRef, *, settings: BenchSettings | None = None, probe: bool = F
         if path is not None:
             save_result(partial.model_copy(update={"doctor": attached}), path)
 
+    def measured() -> BenchResult:
+        done = run_bench(the_job, base_dir=base_dir, settings=settings or BenchSettings(), probe=probe,
+                         progress=progress, checkpoint=keep).model_copy(update={"doctor": attached})
+        keep(done)
+        return done
+
     result, stopped_by = run_stoppable(
-        lambda: run_bench(the_job, base_dir=base_dir, settings=settings or BenchSettings(), probe=probe,
-                          progress=progress, checkpoint=keep),
-        lambda done: any(f.kind == "interrupted" for c in done.cases
-                         for f in (*([c.failure] if c.failure else []), *c.failed_runs)))
-    result = result.model_copy(update={"doctor": attached})
-    keep(result)
+        measured, lambda done: any(f.kind == "interrupted" for c in done.cases
+                                   for f in (*([c.failure] if c.failure else []), *c.failed_runs)))
     return BenchReport(result=result, estimate=estimate_beside(result, the_job, model), output=path,
                        stopped_by=stopped_by)
 

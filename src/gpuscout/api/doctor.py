@@ -57,10 +57,13 @@ def doctor(*, offers: str | Path | None = None, offer: str | None = None, gpu: s
         if path is not None:
             save_result(partial, path)
 
+    def checked() -> BenchResult:
+        done = run_doctor(options, expected, network=network, progress=progress, checkpoint=keep)
+        keep(done)
+        return done
+
     result, stopped_by = run_stoppable(
-        lambda: run_doctor(options, expected, network=network, progress=progress, checkpoint=keep),
-        lambda done: any(c.failure is not None and c.failure.kind == "interrupted" for c in done.cases))
-    keep(result)
+        checked, lambda done: any(c.failure is not None and c.failure.kind == "interrupted" for c in done.cases))
     return DoctorReport(result=result, output=path, stopped_by=stopped_by)
 
 

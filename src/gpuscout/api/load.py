@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from gpuscout.loadgen.plan import LoadPlan
     from gpuscout.loadgen.probe import ProbeResult
     from gpuscout.loadgen.search import SearchResult
-    from gpuscout.loadgen.session import ProgressFactory
+    from gpuscout.loadgen.session import LoadOutcome, ProgressFactory
     from gpuscout.results.schema import BenchResult
 
 
@@ -63,9 +63,12 @@ def load(plan: LoadPlan, *, output: str | Path | None = None, offers: str | Path
 
     if the_offer is not None and plan.server_gpu is None:  # the offer says which GPU served: pick reads it
         plan = plan.model_copy(update={"server_gpu": the_offer.gpu, "server_gpus": the_offer.gpu_count})
-    outcome, stopped_by = run_stoppable(lambda: run_plan(plan, output=path, progress=progress, checkpoint=keep),
-                                        lambda done: done.interrupted)
-    keep(outcome.result)
+    def measured() -> LoadOutcome:
+        done = run_plan(plan, output=path, progress=progress, checkpoint=keep)
+        keep(done.result)
+        return done
+
+    outcome, stopped_by = run_stoppable(measured, lambda done: done.interrupted)
     costs: tuple[LoadCost, ...] = ()
     if the_offer is not None and sheet is not None:
         costs = price_load_cases_on_offer(outcome.result.cases, the_offer, sheet.exchange_rates)

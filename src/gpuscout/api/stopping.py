@@ -14,8 +14,9 @@ T = TypeVar("T")
 def run_stoppable(work: Callable[[], T], interrupted: Callable[[T], bool]) -> tuple[T, int | None]:
     """Run `work` with SIGTERM and SIGHUP stopping it as Ctrl-C does (`interrupts.stop_on_signals`).
 
-    `work` catches the stop itself and returns what finished; `interrupted` says from that result
-    whether it was cut short. Returns the result and the signal that stopped it: the termination
+    `work` catches the stop itself and returns what finished, written: its final write runs inside
+    the same scope, so a second Ctrl-C (or a SIGTERM) during it never costs it. `interrupted` says
+    from that result whether it was cut short. Returns the result and the signal that stopped it: the termination
     signal received, else SIGINT (Ctrl-C); None when it ran to the end.
     """
     with stop_on_signals() as stops:

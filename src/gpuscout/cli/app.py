@@ -7,6 +7,7 @@ so `gpuscout --help` stays fast. User errors print their three parts and exit 1,
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -388,11 +389,32 @@ app.add_typer(results_app)  # cli/results.py
 def main() -> None:
     """Entry point: user errors exit 1 with what / why / to fix; bugs keep their traceback.
 
-    A reader that closes the pipe early (`gpuscout estimate | head`) and Ctrl-C end the command
-    quietly with the shell's codes (141 = 128 + SIGPIPE, 130 = 128 + SIGINT), not a traceback.
+    A reader that closes the pipe early (`gpuscout estimate | head`) and a stop signal end the command
+    quietly with the shell's codes (141 = 128 + SIGPIPE; 130, 143, 129 = 128 + SIGINT, SIGTERM, SIGHUP),
+    not a traceback. The stop signals are held for the whole process (`interrupts`): the first stops
+    the command, which keeps what finished; the later ones never cut that short.
     """
+    from gpuscout.interrupts import ignore_stop_signals, stopped_by
+
     try:
+        _run()
+    finally:
+        if stopped_by() is not None:  # stopping: the interpreter's exit, which resets handlers, is not cut short
+            ignore_stop_signals()
+
+
+def _run() -> None:
+    """The command, its errors and its stop signals turned into exit codes."""
+    from gpuscout.interrupts import hold_stop_signals, stopped_by
+
+    try:
+        hold_stop_signals()
         app()
+    except SystemExit as done:
+        signum = stopped_by()
+        if signum is not None and done.code == 130:  # typer turns every KeyboardInterrupt into 130
+            sys.exit(128 + signum)
+        raise
     except GpuscoutError as exc:
         sys.stderr.write(f"error: {printable(worded(exc).render())}\n")  # it may quote a file or a server
         sys.exit(1)
@@ -400,6 +422,6 @@ def main() -> None:
         # Point stdout at /dev/null so the interpreter's final flush cannot raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(128 + 13)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         sys.stderr.write("interrupted\n")
-        sys.exit(130)
+        sys.exit(128 + (stopped_by() or getattr(stop, "signum", None) or signal.SIGINT))

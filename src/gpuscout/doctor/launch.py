@@ -9,8 +9,6 @@ workers' reports for the progress bar. The run ends when torchrun exits, when it
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -25,10 +23,11 @@ from pydantic import ValidationError
 
 from gpuscout.doctor.plan import DoctorPlan, RankReport
 from gpuscout.host import usable_cores
+from gpuscout.interrupts import set_parent_death_signal
 from gpuscout.measure.gpu_telemetry import GpuReading, GpuSampler
 
 POLL_S = 0.5
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+DOCTOR_PID_ENV = "GPUSCOUT_DOCTOR_PID"  # the workers end with the doctor, even if torchrun died first
 
 
 @dataclass
@@ -80,7 +79,7 @@ def run_workers(plan: DoctorPlan, nproc: int, *, deadline_s: float, nvml: Any | 
 def _worker_env(device: str, nproc: int) -> dict[str, str]:
     """torchrun pins each worker to one intra-op thread unless told (with a warning); on the CPU the
     workers share the cores evenly instead, and on a GPU one thread each is what a training job uses."""
-    env = dict(os.environ)
+    env = dict(os.environ) | {DOCTOR_PID_ENV: str(os.getpid())}
     if "OMP_NUM_THREADS" not in env:
         env["OMP_NUM_THREADS"] = str(max(usable_cores() // nproc, 1) if device == "cpu" else 1)
     return env
@@ -88,8 +87,7 @@ def _worker_env(device: str, nproc: int) -> dict[str, str]:
 
 def _die_with_us() -> None:
     """In the torchrun process: the kernel kills it if the doctor dies (its workers follow, doctor.worker)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    set_parent_death_signal()
 
 
 def _wait(proc: subprocess.Popen[bytes], out: Path, nproc: int, deadline_s: float,

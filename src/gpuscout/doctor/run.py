@@ -97,16 +97,19 @@ def run_doctor(options: DoctorOptions, expected: Expected, *, network: Callable[
         }
         for name in names:
             step = steps[name]
-            advance(name, False)
+            ran = False
             try:
+                advance(name, False)
                 step()
+                ran = True
+                advance(name, True)
+                if checkpoint is not None:
+                    checkpoint(result(False))  # a signal during its write acts once the file is whole
             except KeyboardInterrupt:
-                stopped.append(name)
-                ev.cases.append(failed_case(name, {}, "interrupted", f"stopped while the {name} step ran", 0.0))
+                stopped.append(f"after the {name} step" if ran else f"during the {name} step")
+                if not ran:
+                    ev.cases.append(failed_case(name, {}, "interrupted", f"stopped while the {name} step ran", 0.0))
                 break
-            advance(name, True)
-            if checkpoint is not None:
-                checkpoint(result(False))
     startup = startup_case(options.created_at, min((r.ready_at for r in ev.reports if r.ready_at), default=None))
     if startup is not None:
         ev.cases.append(startup)
@@ -255,7 +258,7 @@ def _result(options: DoctorOptions, device: str, nproc: int, ev: Evidence, finge
     if stopped:
         from gpuscout.doctor.verdict import finding
 
-        findings.append(finding("doctor", "performance", "error", f"interrupted during the {stopped[0]} step: "
+        findings.append(finding("doctor", "performance", "error", f"interrupted {stopped[0]}: "
                                 "the checks after it did not run"))
     outcome, text = decide(findings)
     startup = ev.case("start-up")

@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from gpuscout.doctor.checks import all_pairs, allreduce_checks, matmul_checks, p2p_checks, ring_pairs
+from gpuscout.doctor.launch import DOCTOR_PID_ENV
 from gpuscout.doctor.plan import CPU_MATMUL_N, GPU_MATMUL_N, DoctorPlan, Phase, RankReport
-from gpuscout.measure.harness import BenchSettings, classify_failure, die_with_parent, failed_case
+from gpuscout.interrupts import die_with_parent
+from gpuscout.measure.harness import BenchSettings, classify_failure, failed_case
 from gpuscout.measure.probes import checkpoint_case, device_bandwidth_case, host_copy_case
 from gpuscout.results.schema import Case
 
@@ -68,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     plan = DoctorPlan.model_validate_json(Path(args[0]).read_text())
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    die_with_parent(os.getppid())  # torchrun killed (the doctor stopped) ends this worker too
+    # torchrun killed (the doctor stopped) ends this worker too; so does the doctor's death, which may
+    # have ended torchrun before this process got here to ask the kernel
+    doctor = os.environ.get(DOCTOR_PID_ENV, "")
+    die_with_parent(os.getppid(), also=int(doctor) if doctor.isdigit() else None)
     worker = Worker(plan, rank, world)
     import torch
     import torch.distributed as dist

@@ -181,9 +181,10 @@ def run_load_sync(url: str, model: str, workload: WorkloadLike, shape: LoadShape
     out: list[LoadRun] = []
     try:
         asyncio.run(_into(out, run_load(url, model, workload, shape, _info=info, **kwargs)))
-    except KeyboardInterrupt as stop:
-        raise LoadInterrupted(_finished_run(info[0]) if info else None, getattr(stop, "signum", None)) from stop
-    return out[0]
+        return out[0]
+    except KeyboardInterrupt as stop:  # a run that had just ended is kept whole
+        run = out[0] if out else _finished_run(info[0]) if info else None
+        raise LoadInterrupted(run, getattr(stop, "signum", None)) from stop
 
 
 async def _into(out: list[LoadRun], run: Coroutine[Any, Any, LoadRun]) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuscout.host import cpu_model, package_version, ram_bytes, usable_cores
-from gpuscout.loadgen.client import Endpoint, LoadRun, run_load_sync
+from gpuscout.loadgen.client import Endpoint, LoadInterrupted, LoadRun, run_load_sync
 from gpuscout.loadgen.context import Progress
 from gpuscout.loadgen.metrics import summarize_load
 from gpuscout.loadgen.schedule import LoadShape
@@ -41,7 +41,10 @@ def measure_case(url: str, model: str, workload: Workload, shape: LoadShape, *, 
         run = run_load_workers(url, model, workload, shape, workers=workers, progress=progress, **options)
     else:
         run = run_load_sync(url, model, workload, shape, progress=progress, **options)
-    return run, summarize_load(run, slo=slo, percentile_needed=percentile)
+    try:
+        return run, summarize_load(run, slo=slo, percentile_needed=percentile)
+    except KeyboardInterrupt as stop:  # the level was measured whole: it is kept, as a stopped one
+        raise LoadInterrupted(run, getattr(stop, "signum", None)) from stop
 
 
 def build_result(*, url: str, model: str, workload: Workload, workload_hash: str | None, cases: list[Case],

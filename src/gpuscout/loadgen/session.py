@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuscout.interrupts import deferred_signals
 from gpuscout.loadgen.client import LoadInterrupted, endpoint_url
 from gpuscout.loadgen.context import Progress
 from gpuscout.loadgen.metrics import mark_interrupted, summarize_load
@@ -68,9 +69,9 @@ def run_plan(plan: LoadPlan, *, output: Path | None = None, progress: ProgressFa
     session = _Session(plan, build_workload(plan), output, progress, checkpoint)
     try:
         found = _measure(plan, session)
+        return LoadOutcome(result=session.result(True), search=found)
     except KeyboardInterrupt as stop:
         return session.interrupted(stop)
-    return LoadOutcome(result=session.result(True), search=found)
 
 
 Key = tuple[float, bool]  # (level, the control run without shared prefixes)
@@ -133,21 +134,30 @@ class _Session:
         shape = self.shapes.setdefault(key, self.shape(level))
         self.in_flight = (shape, control)
         plan = self.plan
-        with self.progress(shape) if self.progress else nullcontext() as update:
-            case = measure_case(plan.url, plan.model, self.control if control and self.control else self.workload,
-                                shape, endpoint=plan.endpoint, stream=plan.stream, api_key_env=plan.api_key_env,
-                                timeout_s=plan.request_timeout_s, slo=plan.slo, percentile=plan.percentile,
-                                progress=update, extra_body=_extra_body(plan), metrics_url=plan.metrics_url,
-                                workers=plan.workers)[1]
-        if control:
-            case = case.model_copy(update={"name": case.name + CONTROL, "params": case.params | {"prefix": "unshared"}})
-        self.in_flight = None
-        self.runs.setdefault(key, []).append(case)
+        measured: list[Case] = []
+        try:
+            with self.progress(shape) if self.progress else nullcontext() as update:
+                measured.append(measure_case(
+                    plan.url, plan.model, self.control if control and self.control else self.workload, shape,
+                    endpoint=plan.endpoint, stream=plan.stream, api_key_env=plan.api_key_env,
+                    timeout_s=plan.request_timeout_s, slo=plan.slo, percentile=plan.percentile, progress=update,
+                    extra_body=_extra_body(plan), metrics_url=plan.metrics_url, workers=plan.workers)[1])
+        finally:
+            if measured:  # kept even when a stop signal came while the progress display closed
+                with deferred_signals():
+                    self._keep(key, measured[0], control)
+        case = measured[0]
         if self.checkpoint is not None:
             done = sum(len(r) for r in self.runs.values())
             self.checkpoint(self.result(False, (f"partial: {done} run(s) of {len(self.runs)} level(s) measured so "
                                                 "far; the run has not finished",)))
         return case
+
+    def _keep(self, key: Key, case: Case, control: bool) -> None:
+        if control:
+            case = case.model_copy(update={"name": case.name + CONTROL, "params": case.params | {"prefix": "unshared"}})
+        self.in_flight = None
+        self.runs.setdefault(key, []).append(case)
 
     def run_level(self, shape: LoadShape) -> Case:
         """Every run of one level, back to back (an SLO search needs the level's verdict at once)."""

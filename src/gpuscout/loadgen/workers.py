@@ -13,8 +13,10 @@ One asyncio loop is one core: past it, the client's own queueing lands in every 
   is summed and kept per process (the saturation gate reads the busiest one), the server's /metrics
   come from process 0, which alone scrapes them.
 
-Processes are started with "spawn" (no inherited threads or event loop). Ctrl-C is passed on to the
-processes, and what each had finished is merged and raised as `LoadInterrupted`.
+Processes are started with "spawn" (no inherited threads or event loop). A stop signal (Ctrl-C,
+SIGTERM, SIGHUP) is passed on to the processes (as SIGTERM), and what each had finished is merged and
+raised as `LoadInterrupted`; a process that a signal reached first stops the level the same way. The processes
+die with the parent, SIGKILL included (`interrupts.die_with_parent`).
 """
 
 from __future__ import annotations
@@ -25,10 +27,19 @@ import queue
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
 from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.interrupts import (
+    begin_stop,
+    die_with_parent,
+    hold_stop_signals,
+    ignore_stop_signals,
+    signals_blocked,
+    unblock_stop_signals,
+)
 from gpuscout.loadgen.client import run_load_sync
 from gpuscout.loadgen.context import Progress, WorkerPart
 from gpuscout.loadgen.record import LoadInterrupted, LoadRun
@@ -38,6 +49,7 @@ START_MARGIN_S = 0.05  # t0 this long after the last process is ready: every one
 READY_TIMEOUT_S = 600.0  # a process's start and warm-up
 POLL_S = 0.2
 RESULT_GRACE_S = 10.0  # after an interrupt, how long the processes get to hand in what finished
+STOP_WORKER = signal.SIGTERM  # how the parent stops its processes: taken even where SIGINT is ignored (nohup, &)
 
 
 def split_shape(shape: LoadShape, share: int, of: int) -> LoadShape:
@@ -58,39 +70,64 @@ def run_load_workers(url: str, model: str, workload: Any, shape: LoadShape, *, w
     if n <= 1:
         return run_load_sync(url, model, workload, shape, progress=progress, **options)
     mp = multiprocessing.get_context("spawn")
-    counter, done, t0 = mp.Value("q", 0), mp.Value("q", 0), mp.Value("d", 0.0)
+    with signals_blocked():  # multiprocessing's resource tracker, if the shared values start it, too
+        counter, done, t0 = mp.Value("q", 0), mp.Value("q", 0), mp.Value("d", 0.0)
     go, ready, results = mp.Event(), mp.Queue(), mp.Queue()
     procs = [mp.Process(target=_worker, daemon=True, name=f"gpuscout-load-{w}",
                         args=(w, n, url, model, workload, split_shape(shape, w, n),
                               options if w == 0 else options | {"metrics_url": None}, counter, done, t0, go, ready,
                               results, sum(split_shape(shape, v, n).warmup_requests for v in range(w)),
-                              shape.warmup_requests)) for w in range(n)]
-    for proc in procs:
-        proc.start()
+                              shape.warmup_requests, os.getpid())) for w in range(n)]
+    handed = _HandedIn()
     try:
-        _start_together(procs, ready, t0, go)
-        runs = _collect(procs, results, n, lambda: progress and progress(int(done.value), _total(shape)))
+        with signals_blocked():  # each process takes Ctrl-C once its handlers are set (_worker)
+            for proc in procs:
+                proc.start()
+        _start_together(procs, ready, results, t0, go)
+        _collect(procs, results, n, handed, lambda: progress and progress(int(done.value), _total(shape)))
     except KeyboardInterrupt as stop:
+        signum = getattr(stop, "signum", None)
         for proc in procs:
             if proc.is_alive() and proc.pid is not None:
-                os.kill(proc.pid, signal.SIGINT)
-        finished = _collect(procs, results, n, None, grace=RESULT_GRACE_S, partial=True)
-        raise LoadInterrupted(merge_runs(finished, shape) if finished else None, getattr(stop, "signum", None)) \
-            from stop
+                os.kill(proc.pid, STOP_WORKER)
+        _collect(procs, results, n, handed, None, grace=RESULT_GRACE_S, partial=True)
+        raise LoadInterrupted(merge_runs(handed.runs, shape) if handed.runs else None, signum) from stop
     finally:
         for proc in procs:
+            if proc.pid is None:  # never started
+                continue
             proc.join(2)
-            if proc.is_alive():
-                proc.terminate()
-    return merge_runs(runs, shape)
+            if proc.is_alive():  # SIGKILL: a worker that has handed in ignores the stop signals
+                proc.kill()
+                proc.join(2)
+    return merge_runs(handed.runs, shape)
+
+
+@dataclass
+class _HandedIn:
+    """What the processes have handed in so far: their runs, and how many have answered."""
+
+    runs: list[LoadRun] = field(default_factory=list)
+    answered: int = 0
+
+
+class _WorkerStopped(KeyboardInterrupt):
+    """A process handed in an interrupted run (a stop signal reached it first): the level stops, as if
+    this process had been signalled."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def _total(shape: LoadShape) -> int:
     return shape.requests or 0
 
 
-def _start_together(procs: list[Any], ready: Any, t0: Synchronized[float], go: Any) -> None:
-    """Wait until every process has warmed up, then give them one t0 just ahead."""
+def _start_together(procs: list[Any], ready: Any, results: Any, t0: Synchronized[float], go: Any) -> None:
+    """Wait until every process has warmed up, then give them one t0 just ahead. A process that ended
+    or answered already (an error, an interrupt) does not hold the others: they start, and `_collect`
+    hears what happened."""
     waiting = len(procs)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while waiting:
@@ -98,19 +135,18 @@ def _start_together(procs: list[Any], ready: Any, t0: Synchronized[float], go: A
             ready.get(timeout=POLL_S)
             waiting -= 1
         except queue.Empty:
-            if time.monotonic() > deadline or not any(p.is_alive() for p in procs):
+            if time.monotonic() > deadline or not all(p.is_alive() for p in procs) or not results.empty():
                 break
     t0.value = time.perf_counter() + START_MARGIN_S
     go.set()
 
 
-def _collect(procs: list[Any], results: Any, n: int, tick: Callable[[], object] | None, *, grace: float | None = None,
-             partial: bool = False) -> list[LoadRun]:
-    """Every process's run (as JSON on the queue); a process's error is raised here, as it was raised there."""
-    runs: list[LoadRun] = []
-    got = 0
+def _collect(procs: list[Any], results: Any, n: int, handed: _HandedIn, tick: Callable[[], object] | None, *,
+             grace: float | None = None, partial: bool = False) -> None:
+    """Every process's run (as JSON on the queue) into `handed`; a process's error is raised here, as it
+    was raised there. A process stopped by a signal stops the level (`_WorkerStopped`), its run kept."""
     until = None if grace is None else time.monotonic() + grace
-    while got < n:
+    while handed.answered < n:
         try:
             share, data, error = results.get(timeout=POLL_S)
         except queue.Empty:
@@ -120,14 +156,18 @@ def _collect(procs: list[Any], results: Any, n: int, tick: Callable[[], object] 
             if ended and results.empty():
                 break
             continue
-        got += 1
+        handed.answered += 1
         if data is not None:
-            runs.append(LoadRun.model_validate_json(data))
-        if error is not None and not partial:
+            handed.runs.append(LoadRun.model_validate_json(data))
+        if partial:
+            continue
+        if isinstance(error, int):  # the signal that stopped that process
+            begin_stop(error)  # this process is stopping now: a signal that reaches it later is a repeat
+            raise _WorkerStopped(error)
+        if error is not None:
             raise SpecError(*error) if isinstance(error, tuple) else RuntimeError(f"load worker {share}: {error}")
-    if got < n and not partial:
-        raise RuntimeError(f"{n - got} load worker process(es) ended without a result")
-    return runs
+    if handed.answered < n and not partial:
+        raise RuntimeError(f"{n - handed.answered} load worker process(es) ended without a result")
 
 
 def merge_runs(runs: list[LoadRun], shape: LoadShape) -> LoadRun:
@@ -152,8 +192,41 @@ def merge_runs(runs: list[LoadRun], shape: LoadShape) -> LoadRun:
 
 def _worker(share: int, of: int, url: str, model: str, workload: Any, shape: LoadShape, options: dict[str, Any],
             counter: Synchronized[int], done: Synchronized[int], t0: Synchronized[float], go: Any, ready: Any,
-            results: Any, warmup_first: int, warmup_total: int) -> None:
-    """One process: warm up, say so, start at the common t0, hand back its run as JSON."""
+            results: Any, warmup_first: int, warmup_total: int, parent: int) -> None:
+    """One process: warm up, say so, start at the common t0, hand back its run as JSON.
+
+    The first stop signal (the terminal's Ctrl-C reaches every process of the group; the parent sends
+    STOP_WORKER when it stops) ends the run with what finished; later ones are ignored until the run is
+    handed in.
+    The process dies with the parent, even on SIGKILL (`interrupts.die_with_parent`).
+    """
+    hold_stop_signals(also=(STOP_WORKER,))  # the parent stops it with STOP_WORKER, even under nohup
+    run: LoadRun | None = None
+    try:
+        unblock_stop_signals()  # started with them blocked: one that came meanwhile lands here
+        die_with_parent(parent)
+        run = _run(share, of, url, model, workload, shape, options, counter, done, t0, go, ready, warmup_first,
+                   warmup_total)
+        ignore_stop_signals()  # finished: nothing left to stop, the run is handed in whatever comes
+        message: tuple[int, str | None, Any] = (share, run.model_dump_json(), None)
+    except LoadInterrupted as stop:
+        message = (share, stop.run.model_dump_json() if stop.run else None, stop.signum or signal.SIGINT)
+    except KeyboardInterrupt as stop:  # before the run began, or just after it ended (then it is whole)
+        message = (share, run.model_dump_json(), None) if run is not None else \
+            (share, None, getattr(stop, "signum", None) or signal.SIGINT)
+    except GpuscoutError as exc:
+        message = (share, None, (exc.what, exc.why, exc.fix))
+    except Exception as exc:  # a bug: the parent raises it with its text
+        message = (share, None, f"{type(exc).__name__}: {exc}")
+    ignore_stop_signals()
+    results.put(message)
+    results.close()
+    results.join_thread()  # the run is in the pipe before this process may end
+
+
+def _run(share: int, of: int, url: str, model: str, workload: Any, shape: LoadShape, options: dict[str, Any],
+         counter: Synchronized[int], done: Synchronized[int], t0: Synchronized[float], go: Any, ready: Any,
+         warmup_first: int, warmup_total: int) -> LoadRun:
     def on_ready() -> float:
         ready.put(share)
         go.wait()
@@ -171,12 +244,4 @@ def _worker(share: int, of: int, url: str, model: str, workload: Any, shape: Loa
 
     part = WorkerPart(share, of, on_ready, next_index if shape.kind in CLOSED else None, warmup_first=warmup_first,
                       warmup_total=warmup_total)
-    try:
-        run = run_load_sync(url, model, workload, shape, progress=progress, _part=part, **options)
-        results.put((share, run.model_dump_json(), None))
-    except LoadInterrupted as stop:
-        results.put((share, stop.run.model_dump_json() if stop.run else None, "interrupted"))
-    except GpuscoutError as exc:
-        results.put((share, None, (exc.what, exc.why, exc.fix)))
-    except Exception as exc:  # a bug: the parent raises it with its text
-        results.put((share, None, f"{type(exc).__name__}: {exc}"))
+    return run_load_sync(url, model, workload, shape, progress=progress, _part=part, **options)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from gpuscout.errors import GpuscoutError
-from gpuscout.interrupts import TerminationRequest
 from gpuscout.measure.fingerprint import collect_fingerprint
 from gpuscout.measure.harness import BenchSettings, PlannedCase, failed_case, resolve_device, run_watched
 from gpuscout.measure.image_bench import plan_image_cases
@@ -113,7 +113,7 @@ def run_planned(plan: list[PlannedCase], settings: BenchSettings, *, progress: S
     machine hits every case alike, and merged per case (`results.runs.merge_runs`). Ctrl-C,
     SIGTERM or SIGHUP (raised as KeyboardInterrupt, `interrupts.stop_on_signals`) kill the case in
     flight and return early with what finished; `on_case` sees the merged cases after each run of
-    a case.
+    a case (a signal that arrives while it writes them stops the run once the write is done).
     """
     done: list[list[Case]] = [[] for _ in plan]
     runs = settings.runs
@@ -121,21 +121,24 @@ def run_planned(plan: list[PlannedCase], settings: BenchSettings, *, progress: S
         for run in range(runs):
             for index, planned in enumerate(plan):
                 label = planned.name + (f" (run {run + 1} of {runs})" if runs > 1 else "")
+                finished = run * len(plan) + index
                 try:
                     advance(label, False)
                     case = run_watched(planned.fn, *planned.args, case=planned.name, size=planned.size,
                                        timeout_s=settings.timeout_s)
+                    done[index].append(case)
+                    finished += 1
+                    if on_case is not None:
+                        on_case(_merged(done))  # a signal during its write acts once the file is whole
+                    advance(label, True)
                 except KeyboardInterrupt as stop:
                     how = _stopped_by(stop)
-                    done[index].append(failed_case(planned.name, planned.size, "interrupted",
-                                                   f"stopped by {how} while run {run + 1} of this case ran", 0.0))
-                    finished = run * len(plan) + index
+                    if finished == run * len(plan) + index:  # the case was running: it is kept as interrupted
+                        done[index].append(failed_case(planned.name, planned.size, "interrupted",
+                                                       f"stopped by {how} while run {run + 1} of this case ran",
+                                                       0.0))
                     return _merged(done), False, [f"interrupted by {how}: {finished} of {len(plan) * runs} "
                                                   "case runs finished"]
-                done[index].append(case)
-                if on_case is not None:
-                    on_case(_merged(done))
-                advance(label, True)
     return _merged(done), True, []
 
 
@@ -144,7 +147,8 @@ def _merged(done: list[list[Case]]) -> list[Case]:
 
 
 def _stopped_by(stop: KeyboardInterrupt) -> str:
-    return str(stop) if isinstance(stop, TerminationRequest) else "Ctrl-C"
+    signum = getattr(stop, "signum", None)
+    return signal.Signals(signum).name if signum not in (None, signal.SIGINT) else "Ctrl-C"
 
 
 class _ModelRef:

@@ -11,12 +11,8 @@ torch is imported inside functions only.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing as mp
 import os
-import signal
-import sys
-import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -27,12 +23,12 @@ from pydantic import Field, ValidationError
 
 from gpuscout.errors import SpecError, UnsupportedHere, option_error
 from gpuscout.frozen import Frozen
+from gpuscout.interrupts import die_with_parent, ignore_stop_signals, signals_blocked, unblock_stop_signals
 from gpuscout.measure.telemetry import CpuWatch, GpuSampler, build_telemetry
 from gpuscout.results.schema import BillingType, Case, Failure, FailureKind, Metric, Scalar, Telemetry
 from gpuscout.stats import summarize
 
 CaseFn = Callable[..., Case]
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class BenchSettings(Frozen):
@@ -101,7 +97,8 @@ def run_isolated(fn: CaseFn, *args: Any, case: str, size: dict[str, Scalar], tim
     # processes cannot. The `finally` below kills the child on every way out instead.
     proc = ctx.Process(target=_child, args=(child, fn, args, case, size, os.getpid()), daemon=False)
     start = time.perf_counter()
-    proc.start()
+    with signals_blocked():  # a Ctrl-C while the case's process starts is this process's alone (_child)
+        proc.start()
     child.close()
     try:
         if not parent.poll(timeout_s):
@@ -134,6 +131,10 @@ def _reap(proc: Any) -> None:
 
 
 def _child(conn: Any, fn: CaseFn, args: tuple[Any, ...], case: str, size: dict[str, Scalar], parent: int) -> None:
+    # The bench decides when a case stops and kills its process then; a terminal's Ctrl-C (sent to the
+    # whole process group) would otherwise also land here, mid-start-up, as a traceback.
+    ignore_stop_signals()
+    unblock_stop_signals()
     die_with_parent(parent)
     start = time.perf_counter()
     with GpuSampler() as sampler:  # NVML telemetry while the case runs; nothing without NVML
@@ -150,30 +151,6 @@ def _child(conn: Any, fn: CaseFn, args: tuple[Any, ...], case: str, size: dict[s
         pass
     finally:
         conn.close()
-
-
-def die_with_parent(parent: int) -> None:
-    """End this case process when the bench that started it dies, however it died (even SIGKILL).
-
-    On Linux the kernel delivers SIGKILL on the parent's death (prctl PR_SET_PDEATHSIG); elsewhere a
-    watchdog thread polls the parent id. Either way a killed bench leaves no case running on
-    (a case can hold a GPU for minutes, and its late result has nowhere to go).
-    """
-    if sys.platform == "linux":
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            pass
-    if os.getppid() != parent:  # the parent died before the request took effect
-        os._exit(1)
-    threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="gpuscout-parent-watch").start()
-
-
-def _watch_parent(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(1)
 
 
 def classify_failure(exc: BaseException) -> FailureKind:
