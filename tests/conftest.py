@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-import gpuscout
 from gpuscout.hardware.catalog import Gpu, find_gpu
 from gpuscout.workload.presets import load_llm_preset
 from gpuscout.workload.shape import ModelShape
@@ -39,7 +38,7 @@ def _no_user_folders(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     folders = {"XDG_CONFIG_HOME": str(tmp_path_factory.mktemp("xdg-config")),
                "XDG_DATA_HOME": str(tmp_path_factory.mktemp("xdg-data")),
                # the gpuscout under test, not whichever one is installed (a worktree beside an editable install)
-               "PYTHONPATH": str(Path(gpuscout.__file__).resolve().parents[1])}
+               "PYTHONPATH": str(SRC)}
     for name, folder in folders.items():
         monkeypatch.setenv(name, folder)
     monkeypatch.delenv("GPUSCOUT_STORE", raising=False)
@@ -48,7 +47,7 @@ def _no_user_folders(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pyte
     @functools.wraps(original)
     def isolated(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
         if kwargs.get("env") is not None:
-            kwargs["env"] = {**folders, "PYTHONPATH": str(SRC), **kwargs["env"]}
+            kwargs["env"] = {**folders, **kwargs["env"]}
         original(self, *args, **kwargs)
 
     monkeypatch.setattr(subprocess.Popen, "__init__", isolated)
