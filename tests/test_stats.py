@@ -71,3 +71,21 @@ def test_three_runs_that_drift_widen_the_mean_interval_to_students_t() -> None:
     2 degrees of freedom is 100 ± 4.303 · 10 / √3 = 100 ± 24.8."""
     low, high = mean_ci([[90.0, 90.0], [100.0, 100.0], [110.0, 110.0]])
     assert low == pytest.approx(100 - 4.303 * 10 / 3**0.5) and high == pytest.approx(100 + 4.303 * 10 / 3**0.5)
+
+
+def test_reservoir_keeps_all_or_a_seeded_sample_of_the_stream() -> None:
+    import random
+
+    from gpuscout.stats import reservoir
+
+    assert reservoir(iter(range(5)), None, random.Random(0)) == ([0, 1, 2, 3, 4], 5)
+    assert reservoir(iter(range(3)), 10, random.Random(0)) == ([0, 1, 2], 3)
+    kept, total = reservoir(iter(range(1000)), 10, random.Random(7))
+    assert total == 1000 and len(set(kept)) == 10
+    assert (kept, total) == reservoir(iter(range(1000)), 10, random.Random(7))  # the seed decides
+    # Uniform: over many seeds each item of a 20-item stream is kept about half the time with at_most 10.
+    counts = [0] * 20
+    for seed in range(2000):
+        for item in reservoir(iter(range(20)), 10, random.Random(seed))[0]:
+            counts[item] += 1
+    assert all(850 < c < 1150 for c in counts), counts  # 1000 expected, binomial sd ~22

@@ -18,12 +18,16 @@ Seeded, so results are reproducible; the bootstrap uses numpy (vectorised replic
 from __future__ import annotations
 
 import math
+import random
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
 
 import numpy as np
 
 from gpuscout.frozen import Frozen
+
+T = TypeVar("T")
 
 SPREAD_FLAG = 0.10  # torch.utils.benchmark warns when IQR/median > 10%
 # A run with more samples than this has its resampled mean drawn from the normal distribution the
@@ -174,3 +178,19 @@ def _within_run_means(samples: np.ndarray, shape: tuple[int, int], rng: np.rando
         return rng.normal(samples.mean(), samples.std(ddof=1) / math.sqrt(n), size=shape)
     resampled: np.ndarray = samples[rng.integers(0, n, size=(*shape, n))].mean(axis=-1)
     return resampled
+
+
+def reservoir(items: Iterable[T], at_most: int | None, rng: random.Random) -> tuple[list[T], int]:
+    """(a seeded uniform sample of at most `at_most` of `items` (all of them when None), how many there were).
+
+    Algorithm R (Vitter 1985): the n-th item replaces a kept one with probability at_most / n, so a stream of
+    any length is sampled holding only what is kept."""
+    kept: list[T] = []
+    total = 0
+    for item in items:
+        total += 1
+        if at_most is None or len(kept) < at_most:
+            kept.append(item)
+        elif (slot := rng.randrange(total)) < at_most:
+            kept[slot] = item
+    return kept, total

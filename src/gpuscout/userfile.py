@@ -186,30 +186,18 @@ def user_lines(path: Path, what: str, fix: str, *, max_bytes: int = MAX_SPEC_BYT
     For the large files only part of which is used (a dataset sampled, a trace cut at --requests): memory
     holds one chunk and the line being assembled, never the file. Lines end at "\n" (a "\r" before it is
     dropped), as JSON Lines defines them; a byte that is not UTF-8 is reported by its line number."""
-    with open_user_file(path, what, fix) as (handle, size):
-        if size > max_bytes:
-            raise _too_big(path, what, max_bytes)
-        total, number = 0, 0
-        pending: list[bytes] = []
-        while True:
-            try:
-                chunk = handle.read(_CHUNK_BYTES)
-            except OSError as exc:
-                raise _os_error(path, what, fix, exc) from None
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > max_bytes:  # the file grew past the cap while it was read
-                raise _too_big(path, what, max_bytes)
-            start = 0
-            while (end := chunk.find(b"\n", start)) != -1:
-                pending.append(chunk[start:end])
-                number += 1
-                yield number, _line_text(b"".join(pending), f"The {what} {path}", fix, number)
-                pending, start = [], end + 1
-            pending.append(chunk[start:])
-        if any(pending):
-            yield number + 1, _line_text(b"".join(pending), f"The {what} {path}", fix, number + 1)
+    number = 0
+    pending: list[bytes] = []
+    for chunk in _chunks(path, what, fix, max_bytes):
+        start = 0
+        while (end := chunk.find(b"\n", start)) != -1:
+            pending.append(chunk[start:end])
+            number += 1
+            yield number, _line_text(b"".join(pending), f"The {what} {path}", fix, number)
+            pending, start = [], end + 1
+        pending.append(chunk[start:])
+    if any(pending):
+        yield number + 1, _line_text(b"".join(pending), f"The {what} {path}", fix, number + 1)
 
 
 def _line_text(data: bytes, where: str, fix: str, number: int) -> str:
@@ -424,7 +412,7 @@ def _chunks(path: Path, what: str, fix: str, max_bytes: int) -> Iterator[bytes]:
             if not chunk:
                 return
             total += len(chunk)
-            if total > max_bytes:
+            if total > max_bytes:  # the file grew past the cap while it was read
                 raise _too_big(path, what, max_bytes)
             yield chunk
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from gpuscout.errors import SpecError
 from gpuscout.loadgen.workload import Prompt, Workload, check_sizes, count_tokens, text_maker
+from gpuscout.stats import reservoir
 from gpuscout.userfile import MAX_DATASET_BYTES, replace_surrogates, user_json_items
 
 MAX_TURNS = 1000
@@ -78,19 +79,8 @@ def sharegpt_workload(path: Path, *, output_tokens: int, tokenizer_path: str | N
     fix = ('Pass a JSON list of {"conversations": [{"from": "human", "value": "..."}, {"from": "gpt", ...}]} '
            '(ShareGPT), or of {"messages": [{"role": "user", "content": "..."}]}.')
     rng = random.Random(seed)
-    talks: list[list[str]] = []
-    total = 0
-    for entry in user_json_items(path, "ShareGPT dataset", fix, max_bytes=MAX_DATASET_BYTES):
-        talk = _human_turns(entry)
-        if not talk:
-            continue
-        total += 1
-        if at_most is None or len(talks) < at_most:
-            talks.append(talk)
-        else:  # Algorithm R: the total-th conversation replaces a kept one with probability at_most / total
-            slot = rng.randrange(total)
-            if slot < at_most:
-                talks[slot] = talk
+    entries = user_json_items(path, "ShareGPT dataset", fix, max_bytes=MAX_DATASET_BYTES)
+    talks, total = reservoir((talk for entry in entries if (talk := _human_turns(entry))), at_most, rng)
     if not talks:
         raise SpecError(f"{path} has no conversation with a human turn.", "Each prompt is a human turn.", fix)
     rng.shuffle(talks)

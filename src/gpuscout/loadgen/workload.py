@@ -15,7 +15,7 @@ normal(target, σ = spread), each clipped to at least one token.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
@@ -23,6 +23,7 @@ from typing import Any, Literal
 from gpuscout.errors import MissingDependencyError, SpecError
 from gpuscout.frozen import Frozen
 from gpuscout.outfile import write_atomic
+from gpuscout.stats import reservoir
 from gpuscout.userfile import MAX_DATASET_BYTES, parse_user_json, replace_surrogates, user_lines
 
 Distribution = Literal["fixed", "uniform", "normal"]
@@ -261,21 +262,15 @@ def _sample_jsonl(path: Path, n: int | None, rng: random.Random) -> tuple[list[s
     test of a large dataset.
     """
     fix = 'Write one JSON object a line: {"prompt": "..."}, {"text": "..."} or {"messages": [{"role": "user", ...}]}.'
-    kept: list[str] = []
-    total = 0
-    for number, line in user_lines(path, "dataset", fix, max_bytes=MAX_DATASET_BYTES):
-        if not line.strip():
-            continue
-        entry = parse_user_json(line, f"{path} line {number}", "A dataset is JSON Lines: one JSON object on each "
-                                f"line. {fix}", finite=False, surrogates=True)
-        prompt = _entry_text(entry, path, number, fix)
-        total += 1
-        if n is None or len(kept) < n:
-            kept.append(prompt)
-        else:  # Algorithm R: the total-th entry replaces a kept one with probability n / total
-            slot = rng.randrange(total)
-            if slot < n:
-                kept[slot] = prompt
+
+    def prompts() -> Iterator[str]:
+        for number, line in user_lines(path, "dataset", fix, max_bytes=MAX_DATASET_BYTES):
+            if line.strip():
+                entry = parse_user_json(line, f"{path} line {number}", "A dataset is JSON Lines: one JSON object "
+                                        f"on each line. {fix}", finite=False, surrogates=True)
+                yield _entry_text(entry, path, number, fix)
+
+    kept, total = reservoir(prompts(), n, rng)
     if not kept:
         raise SpecError(f"{path} has no prompts.", "The dataset file is empty.", fix)
     rng.shuffle(kept)
