@@ -12,9 +12,10 @@ import pytest
 
 CLI = Path(__file__).resolve().parents[2] / "src" / "gpuscout" / "cli"
 
-# Whole modules (and packages) the cli may use.
+# Whole modules (and packages) the cli may use; `interrupts` because the entry point holds the process's
+# stop signals for the whole command and turns the first into its exit code.
 MODULES = ("gpuscout.api", "gpuscout.report", "gpuscout.cli", "gpuscout.errors", "gpuscout.units", "gpuscout.host",
-           "gpuscout.outfile")
+           "gpuscout.outfile", "gpuscout.interrupts")
 # The option builders: each checks its flags and builds the object an api call takes.
 OPTION_BUILDERS = {
     "gpuscout.cost.billing": {"cost_options"},  # CostOptions for pick, cost and compare
