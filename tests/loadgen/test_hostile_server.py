@@ -348,7 +348,15 @@ def test_an_interrupt_before_anything_finished_writes_nothing(tmp_path: Path) ->
     out.write_text("previous result")
     workload_path(out).write_text("previous workload")
     with serve_in_thread(FakeConfig()) as srv:
-        timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+        def interrupt_once_asked() -> None:
+            # Ctrl-C once the server holds a request (which hangs), not after a fixed 0.5 s: on a busy
+            # machine the run may not have started by then, and the signal would land before the load.
+            deadline = time.monotonic() + 120
+            while not srv.seen and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        timer = threading.Thread(target=interrupt_once_asked)
         timer.start()
         report = api.load(make_plan(url=srv.url, model="m", runs=1, concurrency=2, requests=4, timeout_s=30,
                                     dataset=dataset(tmp_path, ["FAULT=hang x"])), output=out)
