@@ -115,25 +115,31 @@ def _wait_for_answers(server: FakeServer, proc: subprocess.Popen[str], more: int
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
 def test_a_signal_mid_run_keeps_the_finished_levels_and_requests(tmp_path: Path, sig: signal.Signals) -> None:
-    """Two 3 s levels; the signal lands 1 s into the second: level 1 whole, level 2's finished requests."""
+    """3 s levels; the signal lands after level 1's checkpoint and 10 more answers: level 1 whole, and every
+    request the server had finished by the signal kept but the ones in flight. Five levels, not two, so a
+    busy machine that starves the client for a few seconds cannot finish the run before the signal."""
     out = tmp_path / "load.json"
     with serve_in_thread(FakeConfig(ttft_s=0.005, token_delay_s=0.002)) as srv:
-        proc = _start(["load", srv.url, "--model", "M", "--sweep", "1,2", "--duration", "3s", "--output-tokens", "8",
-                       "-o", str(out)])
+        proc = _start(["load", srv.url, "--model", "M", "--sweep", "1,2,2,2,2", "--duration", "3s",
+                       "--output-tokens", "8", "-o", str(out)])
         _wait_for(out, proc)  # the checkpoint after level 1
         first = load_result(out)
-        _wait_for_answers(srv, proc, 10)  # into the second level: some of its requests answered
+        _wait_for_answers(srv, proc, 10)  # past the checkpoint: some later requests answered
+        answered = sum(r.end_s is not None for r in list(srv.records))
         proc.send_signal(sig)
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, stderr
     assert "Traceback" not in stderr and "Incomplete run" in stderr
     assert len(first.cases) == 1 and not first.complete
     result = load_result(out)
-    assert not result.complete and len(result.cases) == 2
+    assert not result.complete and 2 <= len(result.cases) <= 5
     assert any(f"interrupted by {sig.name}" in n for n in result.notes)
-    partial = {m.name: m for m in result.cases[1].metrics}
-    assert partial["ttft_s"].summary is not None and partial["ttft_s"].summary.n > 0
-    assert any(n.startswith(f"invalid: interrupted by {sig.name}") for n in result.cases[1].notes)
+    assert any(n.startswith(f"invalid: interrupted by {sig.name}") for n in result.cases[-1].notes)
+    kept = 0
+    for case in result.cases:
+        ttft = {m.name: m for m in case.metrics}["ttft_s"].summary
+        kept += 0 if ttft is None else ttft.n
+    assert kept >= answered - 2, (kept, answered)  # at most the 2 in flight (concurrency 2) are lost
     assert (tmp_path / "load.workload.json").is_file()
 
 
