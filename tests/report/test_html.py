@@ -127,6 +127,25 @@ def test_a_foreign_or_damaged_file_is_a_clear_error(tmp_path: Path, files: dict[
         to_document(bench, "b.json")
 
 
+def test_a_list_field_holding_a_number_is_a_clear_error_or_nothing(files: dict[str, Path]) -> None:
+    """A hand-edited `"cases": 5` (found by the report_doc fuzz surface): the lenient reader of kinds this
+    version has no view for reads no items; the strict readers name the field. Never a TypeError."""
+    checks = {"schema_version": 1, "kind": "someday", "name": "x", "cases": 5, "notes": 7}
+    doc = to_document(checks, "c.json")
+    assert isinstance(doc, ChecksDoc) and doc.cases == () and doc.notes == ()
+    nested = {**checks, "cases": [{"name": "a", "metrics": 3, "notes": 2}]}
+    case = to_document(nested, "c.json").cases[0]  # type: ignore[union-attr]
+    assert case.metrics == () and case.name == "a"
+    pick = json.loads(files["pick"].read_text())
+    pick["pick"]["rows"] = 5
+    with pytest.raises(SpecError, match=r"pick\.rows"):
+        to_document(pick, "p.json")
+    bench = json.loads(files["bench"].read_text())
+    bench["costs"] = 3
+    with pytest.raises(SpecError, match="costs: must be a list"):
+        to_document(bench, "b.json")
+
+
 def test_estimate_and_pick_round_trip_from_their_json(files: dict[str, Path]) -> None:
     estimate = to_document(json.loads(files["estimate"].read_text()), "e")
     pick = to_document(json.loads(files["pick"].read_text()), "p")

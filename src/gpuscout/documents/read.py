@@ -10,7 +10,7 @@ printed) has `cases` and `schema_version`. Extras a command prints beside its re
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -87,17 +87,18 @@ def to_document(data: Any, label: str) -> Document:
 
 def _pick(data: dict[str, Any], label: str) -> PickDoc:
     pick = data["pick"] if isinstance(data["pick"], dict) else {}
-    rows = [_without(r, "in_currency") for r in pick.get("rows") or ()]
-    notes = [str(n) for n in data.get("offers_notes") or ()]
+    rows = _each(pick.get("rows"), lambda r: _without(r, "in_currency"))
+    notes = [str(n) for n in _items(data.get("offers_notes"))]
     return PickDoc(label=label, pick=_valid(PickResult, {**pick, "rows": rows}, label, "pick"), notes=tuple(notes))
 
 
 def _compare(data: dict[str, Any], label: str) -> CompareDoc:
-    costs = [_valid(MeasuredCost, _without(c, "in_currency"), label, "costs") for c in data.get("costs") or ()]
+    costs = [_valid(MeasuredCost, _without(c, "in_currency"), label, "costs")
+             for c in _strict_items(data, "costs", label)]
     currency = data.get("currency")
     return CompareDoc(label=label, comparison=_valid(Comparison, data["comparison"], label, "comparison"),
                       verdict=_valid(Verdict, data["verdict"], label, "verdict"), costs=tuple(costs),
-                      warnings=tuple(str(w) for w in data.get("warnings") or ()),
+                      warnings=tuple(str(w) for w in _items(data.get("warnings"))),
                       **({"currency": _valid(DisplayCurrency, currency, label, "currency")} if currency else {}))
 
 
@@ -113,14 +114,14 @@ def _result(data: dict[str, Any], label: str) -> RunDoc | ChecksDoc:
     if data.get("estimate"):
         estimate = dict(data["estimate"]) if isinstance(data["estimate"], dict) else data["estimate"]
         if isinstance(estimate, dict):  # each row's `ratio` is computed from the others, not read
-            estimate["rows"] = [_without(r, "ratio") for r in estimate.get("rows") or ()]
+            estimate["rows"] = _each(estimate.get("rows"), lambda r: _without(r, "ratio"))
         extras["estimate"] = _valid(EstimateBeside, estimate, label, "estimate")
     if data.get("search"):
         extras["search"] = _valid(SearchOutcome, data["search"], label, "search")
     if data.get("slo"):
         extras["slo"] = _valid(Slo, data["slo"], label, "slo")
     costs = [CaseCost(case=str(c.get("case")), cost=_valid(LoadCost, _without(c, "case"), label, "costs"))
-             for c in data.get("costs") or () if isinstance(c, dict)]
+             for c in _strict_items(data, "costs", label) if isinstance(c, dict)]
     return RunDoc(label=label, result=parse_result(_result_part(data), label), costs=tuple(costs), **extras)
 
 
@@ -132,10 +133,10 @@ def _result_part(data: dict[str, Any]) -> dict[str, Any]:
 
 def _checks(data: dict[str, Any], label: str, kind: str) -> ChecksDoc:
     """Every case and metric of a result this version has no view for, read field by field."""
-    cases = [_check_case(c) for c in data.get("cases") or () if isinstance(c, Mapping)]
+    cases = [_check_case(c) for c in _items(data.get("cases")) if isinstance(c, Mapping)]
     return ChecksDoc(label=label, result_kind=printable(kind, 40), name=_text(data.get("name")) or kind,
                      created_at=_text(data.get("created_at")), machine=describe(kind, data).machine,
-                     cases=tuple(cases), notes=tuple(_text(n) for n in data.get("notes") or ()))
+                     cases=tuple(cases), notes=tuple(_text(n) for n in _items(data.get("notes"))))
 
 
 def _doctor(result: BenchResult, data: dict[str, Any], label: str) -> ChecksDoc:
@@ -156,8 +157,8 @@ def _doctor(result: BenchResult, data: dict[str, Any], label: str) -> ChecksDoc:
 def _check_case(case: Mapping[str, Any]) -> CheckCase:
     failure = case.get("failure")
     message = _text(failure.get("message")) if isinstance(failure, Mapping) else ""
-    notes = "; ".join(_text(n) for n in case.get("notes") or ())
-    metrics = [_check_metric(m) for m in case.get("metrics") or () if isinstance(m, Mapping)]
+    notes = "; ".join(_text(n) for n in _items(case.get("notes")))
+    metrics = [_check_metric(m) for m in _items(case.get("metrics")) if isinstance(m, Mapping)]
     return CheckCase(name=_text(case.get("name")), status=_status(case) or ("failed" if failure else ""),
                      message=message or notes, metrics=tuple(metrics))
 
@@ -209,9 +210,34 @@ def _valid(model: type[Model], data: Any, label: str, part: str) -> Model:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(f"{label} is not a valid gpuscout output: {first_invalid_field(exc, part)}.",
-                        "It does not match what this gpuscout writes: it was edited, damaged, or written by another "
-                        "version.", "Re-run the command that wrote it with this gpuscout.") from None
+        raise _damaged(label, first_invalid_field(exc, part)) from None
+
+
+def _damaged(label: str, detail: str) -> SpecError:
+    return SpecError(f"{label} is not a valid gpuscout output: {detail}.",
+                     "It does not match what this gpuscout writes: it was edited, damaged, or written by another "
+                     "version.", "Re-run the command that wrote it with this gpuscout.")
+
+
+def _items(value: Any) -> Sequence[Any]:
+    """A JSON list read leniently: anything else (a number, a string, an object) holds no items. A hand-edited
+    file's `"cases": 5` must not reach a loop as the number 5."""
+    return value if isinstance(value, list | tuple) else ()
+
+
+def _each(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """A list that a model validates next: each item mapped, and anything that is not a list passed on as it
+    is, so that the validation names the field instead of a loop failing on it."""
+    if value is None:
+        return []
+    return [fn(item) for item in value] if isinstance(value, list | tuple) else value
+
+
+def _strict_items(data: Mapping[str, Any], key: str, label: str) -> Sequence[Any]:
+    value = data.get(key)
+    if value is None or isinstance(value, list | tuple):
+        return value or ()
+    raise _damaged(label, f"{key}: must be a list, not {type(value).__name__}")
 
 
 def _without(item: Any, key: str) -> Any:

@@ -8,7 +8,7 @@ gets an entry; nothing here refuses a run.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -49,7 +49,7 @@ def describe(kind: str, payload: Mapping[str, Any], *, now: datetime | None = No
 
 def _pick_entry(kind: str, payload: Mapping[str, Any], recorded: datetime) -> Entry:
     job = _text(_mapping(payload.get("job")).get("name")) or "job"
-    rows = [r for r in _mapping(payload.get("pick")).get("rows") or () if isinstance(r, Mapping)]
+    rows = [r for r in _items(_mapping(payload.get("pick")).get("rows")) if isinstance(r, Mapping)]
     ranked = [r for r in rows if r.get("excluded") is None]
     summary = f"{len(ranked)} ranked, {len(rows) - len(ranked)} excluded"
     if ranked:
@@ -77,7 +77,7 @@ def _machine(result_kind: str, fingerprint: Mapping[str, Any], job: Mapping[str,
 
 
 def _result_summary(payload: Mapping[str, Any]) -> str:
-    cases = [c for c in payload.get("cases") or () if isinstance(c, Mapping)]
+    cases = [c for c in _items(payload.get("cases")) if isinstance(c, Mapping)]
     failed = sum(1 for c in cases if c.get("failure"))
     parts = [f"{len(cases)} case{'s' if len(cases) != 1 else ''}"]
     verdict = _mapping(payload.get("doctor"))
@@ -105,6 +105,11 @@ def _when(value: Any, default: datetime) -> datetime:
 
 def _mapping(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
+
+
+def _items(value: Any) -> Sequence[Any]:
+    """A hand-edited `"cases": 5` lists nothing rather than failing a loop."""
+    return value if isinstance(value, list | tuple) else ()
 
 
 def _text(value: Any, limit: int = _MAX_TEXT) -> str:
