@@ -173,3 +173,22 @@ def test_a_hot_journal_this_process_may_not_roll_back_says_how_to_recover(tmp_pa
     assert "as the user that owns the store" in err.value.fix
     monkeypatch.undo()
     assert list_runs(store)[1] == 1  # the owner's next read rolls it back
+
+
+def test_text_that_is_not_utf8_reads_with_replacements_and_a_raw_byte_schema_is_named_damaged(tmp_path: Path) -> None:
+    """Found by the store_file fuzz surface: a hand-edited cell in another encoding (Latin-1 'café') used to
+    refuse the whole store, and a schema damaged with raw bytes raised UnicodeDecodeError from SQLite's own
+    error text."""
+    store = tmp_path / "s.sqlite"
+    for name in ("a", "b"):
+        record(store, "pick", pick_payload(name))
+    edit(store, "UPDATE runs SET job = CAST(X'636166e9' AS TEXT) WHERE id = 1")
+    runs, total = list_runs(store)
+    assert total == 2 and {run.job for run in runs} == {"caf\ufffd", "b"}
+    with sqlite3.connect(store) as db:
+        db.execute("PRAGMA writable_schema = ON")
+        db.execute("UPDATE sqlite_master SET sql = CAST(X'435245415445205441424c452072756e7320a0' AS TEXT) "
+                   "WHERE name = 'runs'")
+    with pytest.raises(SpecError, match="is damaged") as err:
+        list_runs(store)
+    assert ".recover" in err.value.fix

@@ -300,9 +300,24 @@ def _open(path: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
             yield db
     except sqlite3.DatabaseError as exc:
         raise _sqlite_error(path, exc) from None
+    except UnicodeDecodeError:
+        # Python decodes SQLite's own error text; a damaged schema puts the file's raw bytes into it.
+        raise _damaged(path, "SQLite reports its schema as malformed (with bytes that are not text)") from None
 
 
 def _connect(path: Path, *, create: bool) -> sqlite3.Connection:
+    db = _connect_file(path, create=create)
+    # A hand-edited or damaged TEXT cell need not be UTF-8; Python's default decoding would raise from inside
+    # any query (even the schema check), refusing the whole store. Replaced characters keep it readable.
+    db.text_factory = _text_of
+    return db
+
+
+def _text_of(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def _connect_file(path: Path, *, create: bool) -> sqlite3.Connection:
     if create:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
