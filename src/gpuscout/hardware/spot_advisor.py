@@ -93,8 +93,8 @@ class SpotAdvisor(Frozen):
 
 def load_spot_advisor(path: Path) -> SpotAdvisor:
     """Read and validate a Spot Advisor file; every problem is a SpecError that says where."""
-    document = read_user_toml(path, "Spot Advisor file", "Check the path of the Spot Advisor file (--spot-advisor); the format is in docs/cost.md §2.11",
-                              max_bytes=MAX_ADVISOR_BYTES)
+    document = read_user_toml(path, "Spot Advisor file", "Check the path of the Spot Advisor file "
+                              "(--spot-advisor); its format is in docs/cost.md §2.11.", max_bytes=MAX_ADVISOR_BYTES)
     return parse_spot_advisor(document, path=str(path))
 
 
