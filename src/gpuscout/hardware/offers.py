@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from gpuscout.errors import UnknownNameError
 from gpuscout.frozen import Frozen
@@ -105,7 +105,7 @@ class Offer(_Finite):
     example: bool = False
     # A price nobody observed (an illustration of how an offer is written): never ranked unless
     # the user asks for it (`pick --include-placeholders`, docs/cost.md §4).
-    placeholder: bool = False
+    placeholder: StrictBool = False  # a real boolean: "no" or 0 would read as a claim either way
     notes: str = ""
 
     @field_validator("gpu")
