@@ -10,6 +10,7 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+from tests.report.screens import render
 
 from gpuscout import api
 from gpuscout.cost.pick import PLACEHOLDER_NOT_RANKED
@@ -19,7 +20,6 @@ from gpuscout.hardware.price_sheet import default_price_sheet
 from gpuscout.report.payload import pick_payload
 from gpuscout.report.pick import pick_screen
 from gpuscout.report.unvouched import unvouched_lines
-from tests.report.screens import render
 
 TODAY = date(2026, 12, 1)
 PLACEHOLDER = "autodl-rtx4090-placeholder"
@@ -129,3 +129,19 @@ def test_a_rate_out_of_bounds_is_an_input_error(rate: float) -> None:
     with pytest.raises(api.InputError) as err:
         api.pick(None, today=TODAY, interruptions_per_hour=rate)
     assert "out of range" in err.value.what and "0.05" in err.value.fix
+
+
+def test_the_html_report_read_back_from_json_says_it_too(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from gpuscout.documents.read import to_document
+    from gpuscout.report.html.page import render_report
+
+    report = api.pick(None, offers=sheet_without_spot_rates(tmp_path), today=TODAY)
+    payload = json.loads(json.dumps(pick_payload(report.job, report.pick, report.offers_notes), default=str))
+    doc = to_document(payload, "p.json")
+    html = render_report([doc]).html
+    assert "not ranked: placeholder prices (nobody observed them): autodl-rtx4090-placeholder" in html
+    assert f"interruption risk unknown (the sheet gives no rate): {GCP_SPOT}" in html
+    assert by_id(report)[GCP_SPOT].interruption_prior == DEFAULT_PRIOR  # the band survives the round trip
+    read_back = {r.offer_id: r for r in doc.pick.rows}[GCP_SPOT]  # type: ignore[attr-defined]
+    assert read_back.interruption_prior == DEFAULT_PRIOR and read_back.interruption_risk_unknown

@@ -45,7 +45,7 @@ def advisor(frequency: str, *, instance: str = "p5.48xlarge", region: str = "us-
 
 
 def test_the_default_prior_is_one_per_24_hours_spread_by_the_advisors_own_scale() -> None:
-    assert ADVISOR_SPREAD == pytest.approx(4.3503, abs=1e-4)  # ln(1/0.8) / ln(1/0.95)
+    assert pytest.approx(4.3503, abs=1e-4) == ADVISOR_SPREAD  # ln(1/0.8) / ln(1/0.95)
     assert DEFAULT_PRIOR.expected_per_hour == pytest.approx(1 / 24)
     assert DEFAULT_PRIOR.high_per_hour == pytest.approx(0.181264, rel=1e-5)  # one per 5.52 h
     assert DEFAULT_PRIOR.low_per_hour == pytest.approx(0.0095778, rel=1e-4)  # one per 104 h
@@ -117,7 +117,11 @@ def test_the_prior_prices_exactly_as_the_same_band_written_in_the_sheet() -> Non
     work = 5 * 3600.0
     written = offer(tier="spot", restart_overhead_s=600, interruptions_per_hour=1 / 24,
                     interruptions_per_hour_high=DEFAULT_HIGH_PER_HOUR)
-    assert price_job(offer(**SPOT_NO_RATE), work) == price_job(written, work)
+    unknown, stated = price_job(offer(**SPOT_NO_RATE), work), price_job(written, work)
+    assert unknown.model_copy(update={"interruption_note": ""}) == stated
+    assert stated.interruption_note == ""  # a band the sheet writes is the sheet's to vouch for
+    assert unknown.interruption_note.startswith("interruption risk unknown: the sheet gives no interruptions_per_hour")
+    assert "0.0417 interruptions/h, the P95 at 0.181/h" in unknown.interruption_note
 
 
 def test_the_p95_is_simulated_at_the_high_end_and_the_total_at_the_expected_rate() -> None:

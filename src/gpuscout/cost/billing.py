@@ -24,7 +24,7 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from gpuscout.cost.billed_time import billed_seconds, billed_startup_s, startup_text
 from gpuscout.cost.spot import SpotOutcome, expected_spot_run, spot_p95_billed_s
-from gpuscout.cost.spot_prior import priced_interruptions
+from gpuscout.cost.spot_prior import priced_interruptions, unknown_risk_note
 from gpuscout.cost.transfer import DataSource
 from gpuscout.errors import option_error
 from gpuscout.frozen import Frozen
@@ -82,6 +82,8 @@ class JobCost(Frozen):
     interruptions: float  # expected spot interruptions
     p95_method: str = ""  # how the spot P95 was found: the simulation, or the normal approximation
     note: str = ""  # how the amounts were converted, when shown in another currency than the offer's
+    # A spot offer whose sheet gives no interruption rate: the default prior band priced it (`spot_prior`).
+    interruption_note: str = ""
 
 
 def rate_per_s(offer: Offer) -> float:
@@ -105,7 +107,8 @@ def price_job(offer: Offer, work_s: float, options: CostOptions | None = None) -
     extra_p95 = (run.p95.billed_s - run.expected.billed_s) * rate_per_s(offer)
     return JobCost(offer_id=offer.id, currency=offer.currency, work_s=work_s, billed_s=run.expected.billed_s,
                    lines=tuple(lines), total=total, total_p95=total + max(extra_p95, 0.0),
-                   interruptions=run.expected.interruptions, p95_method=run.p95_method)
+                   interruptions=run.expected.interruptions, p95_method=run.p95_method,
+                   interruption_note=unknown_risk_note(offer))
 
 
 class RunOutcome(Frozen):

@@ -116,3 +116,12 @@ def with_prior(offer: Offer, prior: InterruptionPrior | None) -> Offer:
 def priced_interruptions(offer: Offer) -> Offer:
     """The offer as billing prices it: a spot row without a rate under the default prior band."""
     return with_prior(offer, prior_for(offer))
+
+
+def unknown_risk_note(offer: Offer) -> str:
+    """What a bill says when the default prior priced its interruptions; empty otherwise."""
+    if prior_for(offer) is None:
+        return ""
+    return (f"interruption risk unknown: the sheet gives no interruptions_per_hour for this spot offer, so it "
+            f"is priced at {DEFAULT_EXPECTED_PER_HOUR:.3g} interruptions/h, the P95 at {DEFAULT_HIGH_PER_HOUR:.3g}/h "
+            "(the default prior band, docs/cost.md §2.11)")

@@ -251,6 +251,8 @@ def bill_table(cost: JobCost, title: str, rates: Sequence[ExchangeRate] = ()) ->
         table.add_row("total (P95, spot simulation)", money(cost.total_p95, cost.currency),
                       notes.ref(f"P95: {sig(cost.interruptions)} expected interruptions"))
     parts: list[RenderableType] = [table, notes.flush()]
+    if cost.interruption_note:
+        parts.append(Text(cost.interruption_note, style="yellow"))
     if cost.note:
         parts.append(Text(cost.note, style="dim"))
     if rates:
