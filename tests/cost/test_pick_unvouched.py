@@ -97,7 +97,7 @@ def test_spot_without_a_rate_says_risk_unknown_and_widens_its_p95(tmp_path: Path
     assert row.total_p95_usd > row.total_usd
     assert row.total_p95_usd > stated.total_p95_usd  # simulated at one per 5.5 h, not one per 20 h
     lines = unvouched_lines(report.pick.rows)
-    assert any(s.startswith(f"interruption risk unknown (the sheet gives no rate): {GCP_SPOT}; interruptions "
+    assert any(s.startswith(f"interruption risk unknown (no rate given): {GCP_SPOT}; interruptions "
                             "priced at 1 per 24 h, P95 at 1 per 5.5 h") for s in lines)
     text = render(pick_screen(report.pick), 80)
     assert "GCP spot, 1/1× a100-sxm4-40gb, risk unknown" in text
@@ -141,7 +141,24 @@ def test_the_html_report_read_back_from_json_says_it_too(tmp_path: Path) -> None
     doc = to_document(payload, "p.json")
     html = render_report([doc]).html
     assert "not ranked: placeholder prices (nobody observed them): autodl-rtx4090-placeholder" in html
-    assert f"interruption risk unknown (the sheet gives no rate): {GCP_SPOT}" in html
+    assert f"interruption risk unknown (no rate given): {GCP_SPOT}" in html
     assert by_id(report)[GCP_SPOT].interruption_prior == DEFAULT_PRIOR  # the band survives the round trip
     read_back = {r.offer_id: r for r in doc.pick.rows}[GCP_SPOT]  # type: ignore[attr-defined]
     assert read_back.interruption_prior == DEFAULT_PRIOR and read_back.interruption_risk_unknown
+
+
+def test_a_skypilot_import_has_no_rates_and_an_advisor_file_gives_its_pools_one(tmp_path: Path) -> None:
+    catalog = Path(__file__).parents[1] / "hardware" / "data" / "skypilot_aws_vms.csv"
+    plain = by_id(api.pick(None, offers=catalog, cloud="aws", today=TODAY))
+    spot = {i: r for i, r in plain.items() if r.tier == "spot" and r.excluded is None}
+    assert spot and all(r.interruption_risk_unknown for r in spot.values())
+    advisor = tmp_path / "advisor.toml"
+    advisor.write_text('observed_at = 2026-11-30\nsource = "aws.amazon.com/ec2/spot/instance-advisor/"\n'
+                       '[[band]]\ninstance_type = "p4d.24xlarge"\nregion = "us-east-1"\nfrequency = "<5%"\n')
+    told = by_id(api.pick(None, offers=catalog, cloud="aws", today=TODAY, spot_advisor=advisor))
+    p4d, g6e = told["aws-p4d.24xlarge-us-east-1a-spot"], told["aws-g6e.xlarge-us-east-1a-spot"]
+    assert p4d.interruption_prior is not None and p4d.interruption_prior.basis == "spot advisor"
+    assert g6e.interruption_risk_unknown  # the file has no band for it
+    unknown_p4d = plain["aws-p4d.24xlarge-us-east-1a-spot"]
+    assert p4d.total_p95_usd is not None and unknown_p4d.total_p95_usd is not None
+    assert p4d.total_p95_usd < unknown_p4d.total_p95_usd  # "<5%" a month is far calmer than the prior

@@ -40,7 +40,7 @@ def _band_line(prior: InterruptionPrior, ids: Sequence[str]) -> str:
     rates = f"interruptions priced at {every(prior.expected_per_hour)}" + (
         f", P95 at {every(prior.high_per_hour)}" if prior.high_per_hour > prior.expected_per_hour else "")
     if prior.unknown:
-        return (f"interruption risk unknown (the sheet gives no rate): {some_ids(ids)}; {rates}, the default "
+        return (f"interruption risk unknown (no rate given): {some_ids(ids)}; {rates}, the default "
                 f"prior band; {KNOW_THE_RATE}")
     if prior.basis == "spot advisor":
         return f"interruption rate from the Spot Advisor band {prior.detail}: {some_ids(ids)}; {rates}"
