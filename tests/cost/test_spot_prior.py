@@ -162,3 +162,14 @@ def test_a_band_in_the_sheet_is_checked(fields: dict[str, Any], message: str) ->
     with pytest.raises(SpecError) as err:
         parse_offer(table)
     assert message in str(err.value)
+
+
+def test_a_source_that_says_placeholder_needs_the_flag() -> None:
+    table = {"id": "x", "provider": "p", "gpu": "h100", "gpu_count": 1, "price": 1.0, "price_basis": "gpu",
+             "currency": "USD", "observed_at": date(2026, 11, 30), "source": "PLACEHOLDER, not an observation"}
+    with pytest.raises(SpecError) as err:
+        parse_offer(table)
+    assert "add placeholder = true" in str(err.value)
+    assert parse_offer(table | {"placeholder": True}).placeholder
+    with pytest.raises(SpecError, match="placeholder"):
+        parse_offer(table | {"placeholder": "yes"})  # a real boolean, not a word

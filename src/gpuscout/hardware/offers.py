@@ -131,6 +131,11 @@ class Offer(_Finite):
     @model_validator(mode="after")
     def _consistent(self) -> Offer:
         _check_interruptions(self)
+        if self.source.lstrip().startswith("PLACEHOLDER") and not self.placeholder:
+            # The flag, not the wording, keeps a placeholder out of rankings; a source that says so
+            # without it is the silent winner this field exists to prevent.
+            raise ValueError("source says PLACEHOLDER but placeholder is not true; add placeholder = true (a "
+                             "price nobody observed is ranked only when asked for), or write the source it came from")
         stated = _COUNT_IN_PRODUCT.match(self.product)
         if stated and int(stated.group(1)) != self.gpu_count:
             raise ValueError(f"product {self.product!r} says {stated.group(1)} GPUs but gpu_count = {self.gpu_count}")
