@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gpuscout.cost.billing import CostOptions
     from gpuscout.cost.capacity import MeasuredCapacity
     from gpuscout.cost.pick import PickResult
+    from gpuscout.cost.spot_prior import SpotKnowledge
     from gpuscout.estimator.calibration import Calibration
     from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate
     from gpuscout.hardware.price_sheet import PriceSheet
@@ -40,7 +41,9 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
          dataset_url: str | None = None, dataset_egress_per_gb: float | None = None,
          dataset_gbps: float | None = None, calibration: Calibration | str | Path | None = None,
          use_calibration: bool = True, load_results: Sequence[str | Path | BenchResult] = (),
-         target_rps: float | None = None, doctor_results: Sequence[str | Path | BenchResult] = ()) -> PickReport:
+         target_rps: float | None = None, doctor_results: Sequence[str | Path | BenchResult] = (),
+         include_placeholders: bool = False, interruptions_per_hour: float | None = None,
+         spot_advisor: str | Path | None = None) -> PickReport:
     """Rank the offers of a price sheet (the bundled example sheet by default) by total job cost.
 
     Where the job as written does not fit an offer, it is ranked under a plan of changes that keep
@@ -51,7 +54,10 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
     serving job, `load_results` (`gpuscout load` of one replica on a named GPU) replace the estimate on
     their GPU with the measured capacity at the SLO, with replicas for `target_rps` (docs/cost.md §5.4).
     `doctor_results` replace the launch of the offers they were held against with the start-up they
-    measured (docs/doctor.md §4.5)."""
+    measured (docs/doctor.md §4.5). Offers marked `placeholder` (a price nobody observed) are left
+    unranked unless `include_placeholders`. A spot offer whose sheet states no interruption rate is
+    priced under the band of its instance type and region in `spot_advisor` (a Spot Advisor–style
+    file), else at `interruptions_per_hour`, else under the default prior band (docs/cost.md §2.11)."""
     from gpuscout.cost.billing import CostOptions
     from gpuscout.cost.pick import pick as rank_offers
     from gpuscout.cost.transfer import data_source
@@ -75,12 +81,30 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
         options = (options or CostOptions()).model_copy(update={"data": data})
     used, used_path = calibration_of(calibration, use_calibration)
     capacities = _capacities(the_job, load_results, target_rps)
+    spot = spot_knowledge(interruptions_per_hour, spot_advisor)
     with calibrated(used):
         result = rank_offers(the_job, model, sheet.offers, rates=rates, deadline_s=deadline_s,
                              budget_usd=budget_usd, today=day, options=options, as_written=as_written, currency=shown,
-                             capacities=capacities, target_rps=target_rps)
+                             capacities=capacities, target_rps=target_rps,
+                             include_placeholders=include_placeholders, spot=spot)
     return PickReport(job=the_job, pick=result, offers_notes=tuple(notes), calibration=used,
                       calibration_path=used_path)
+
+
+def spot_knowledge(interruptions_per_hour: float | None, spot_advisor: str | Path | None) -> SpotKnowledge:
+    """What the user says about spot interruptions: a rate (checked against its bounds) and an advisor file."""
+    from gpuscout.cost.spot_prior import MAX_RATE_PER_HOUR, SpotKnowledge
+    from gpuscout.hardware.spot_advisor import load_spot_advisor
+
+    rate = interruptions_per_hour
+    if rate is not None and not (math.isfinite(rate) and 0 <= rate <= MAX_RATE_PER_HOUR):
+        raise InputError("{interruptions_per_hour} {rate} is out of range.",
+                         "It is the expected spot interruptions per hour of running, from 0 up to {most:g} (one "
+                         "per two minutes: AWS warns two minutes before it interrupts).",
+                         "Pass a rate in that range, e.g. {interruptions_per_hour} 0.05 (one per 20 h).",
+                         rate=rate, most=MAX_RATE_PER_HOUR)
+    advisor = load_spot_advisor(Path(spot_advisor)) if spot_advisor is not None else None
+    return SpotKnowledge(per_hour=rate, advisor=advisor)
 
 
 def _measured_launches(sheet: PriceSheet, notes: list[str], results: Sequence[str | Path | BenchResult],

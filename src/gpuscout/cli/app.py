@@ -154,6 +154,14 @@ def pick(
         = None,
     doctor_result: Annotated[list[Path] | None, typer.Option("--doctor", help="A `gpuscout doctor` result: its "
                                                              "measured start-up replaces its offer's.")] = None,
+    include_placeholders: Annotated[bool, typer.Option("--include-placeholders", help="Rank offers whose price "
+                                                        "is a placeholder (nobody observed it).")] = False,
+    interruptions_per_hour: Annotated[float | None, typer.Option(help="Spot offers that state no interruption "
+                                                                 "rate: expected interruptions per hour, 0 to 30.")] \
+        = None,
+    spot_advisor: Annotated[Path | None, typer.Option("--spot-advisor", help="Spot Advisor-style file (TOML): the "
+                                                      "monthly interruption band per instance type and region.")] \
+        = None,
     store: StoreOption = None,
     no_store: NoStoreFlag = False,
     wide: WideFlag = False,
@@ -173,7 +181,9 @@ def pick(
                       as_written=as_written, dataset_gb=dataset_gb, dataset_region=dataset_region,
                       dataset_url=dataset_url, dataset_egress_per_gb=dataset_egress_per_gb, dataset_gbps=dataset_gbps,
                       calibration=calibration, use_calibration=not no_calibration, load_results=load or (),
-                      target_rps=target_rps, doctor_results=doctor_result or ())
+                      target_rps=target_rps, doctor_results=doctor_result or (),
+                      include_placeholders=include_placeholders, interruptions_per_hour=interruptions_per_hour,
+                      spot_advisor=spot_advisor)
     payload = pick_payload(report.job, report.pick, report.offers_notes) | calibration_payload(
         report.calibration, report.calibration_path)
     record("pick", payload, store=store, no_store=no_store)

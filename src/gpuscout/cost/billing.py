@@ -24,11 +24,12 @@ from pydantic import ConfigDict, Field, ValidationError
 
 from gpuscout.cost.billed_time import billed_seconds, billed_startup_s, startup_text
 from gpuscout.cost.spot import SpotOutcome, expected_spot_run, spot_p95_billed_s
+from gpuscout.cost.spot_prior import priced_interruptions, unknown_risk_note
 from gpuscout.cost.transfer import DataSource
 from gpuscout.errors import option_error
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate, to_display
-from gpuscout.hardware.offers import EgressTier, Offer, StorageItem, instance_price_per_hour
+from gpuscout.hardware.offers import EgressTier, Offer, StorageItem, instance_price_per_hour, interruption_rate
 from gpuscout.units import DAY_S, HOUR_S
 
 MAX_KEEP_STOPPED_DAYS = 3650.0  # ten years: past that a number is a typo (docs/design.md §4.10)
@@ -81,6 +82,8 @@ class JobCost(Frozen):
     interruptions: float  # expected spot interruptions
     p95_method: str = ""  # how the spot P95 was found: the simulation, or the normal approximation
     note: str = ""  # how the amounts were converted, when shown in another currency than the offer's
+    # A spot offer whose sheet gives no interruption rate: the default prior band priced it (`spot_prior`).
+    interruption_note: str = ""
 
 
 def rate_per_s(offer: Offer) -> float:
@@ -104,7 +107,8 @@ def price_job(offer: Offer, work_s: float, options: CostOptions | None = None) -
     extra_p95 = (run.p95.billed_s - run.expected.billed_s) * rate_per_s(offer)
     return JobCost(offer_id=offer.id, currency=offer.currency, work_s=work_s, billed_s=run.expected.billed_s,
                    lines=tuple(lines), total=total, total_p95=total + max(extra_p95, 0.0),
-                   interruptions=run.expected.interruptions, p95_method=run.p95_method)
+                   interruptions=run.expected.interruptions, p95_method=run.p95_method,
+                   interruption_note=unknown_risk_note(offer))
 
 
 class RunOutcome(Frozen):
@@ -114,13 +118,22 @@ class RunOutcome(Frozen):
 
 
 def run_outcome(offer: Offer, work_s: float, opts: CostOptions) -> RunOutcome:
-    """Billed time of the successful run: one segment, or spot segments between interruptions."""
-    if offer.interruptions_per_hour <= 0:
-        segment = billed_startup_s(offer) + work_s + offer.idle_tail_s
-        plain = SpotOutcome(billed_s=billed_seconds(segment, offer), running_s=segment, interruptions=0.0)
+    """Billed time of the successful run: one segment, or spot segments between interruptions.
+
+    A spot offer whose sheet gives no rate is priced under the default prior band, never as
+    riskless (`spot_prior`); the P95 is simulated at the band's high end when the rate is a band."""
+    offer = priced_interruptions(offer)
+    rate = interruption_rate(offer)
+    high = max(rate, offer.interruptions_per_hour_high or 0.0)
+    segment = billed_startup_s(offer) + work_s + offer.idle_tail_s
+    plain = SpotOutcome(billed_s=billed_seconds(segment, offer), running_s=segment, interruptions=0.0)
+    if high <= 0:
         return RunOutcome(expected=plain, p95=plain)
-    expected = expected_spot_run(offer, work_s)
-    p95_billed, method = spot_p95_billed_s(offer, work_s, runs=opts.spot_samples, seed=opts.seed)
+    expected = expected_spot_run(offer, work_s) if rate > 0 else plain
+    at_high = offer.model_copy(update={"interruptions_per_hour": high})
+    p95_billed, method = spot_p95_billed_s(at_high, work_s, runs=opts.spot_samples, seed=opts.seed)
+    if high > rate:
+        method += f", at {high:.3g} interruptions/h (the high end of the rate's band; expected {rate:.3g}/h)"
     return RunOutcome(expected=expected, p95=expected.model_copy(update={"billed_s": p95_billed}), p95_method=method)
 
 

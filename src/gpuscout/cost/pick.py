@@ -26,6 +26,7 @@ from gpuscout.cost.capacity import MeasuredCapacity, capacity_warnings, find_cap
 from gpuscout.cost.machine import check_machine, host_needs, price_on_machine
 from gpuscout.cost.pick_row import PickRow, exclusion, row_base, unit_costs
 from gpuscout.cost.spot import SpotNeverFinishes
+from gpuscout.cost.spot_prior import InterruptionPrior, SpotKnowledge, prior_for, with_prior
 from gpuscout.errors import GpuscoutError, SpecError
 from gpuscout.estimator.fit import (
     Suggestion,
@@ -101,27 +102,47 @@ class PickResult(Frozen):
 def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[ExchangeRate] = (),
          deadline_s: float | None = None, budget_usd: float | None = None, today: date,
          options: CostOptions | None = None, currency: DisplayCurrency = USD, as_written: bool = False,
-         capacities: Sequence[MeasuredCapacity] = (), target_rps: float | None = None) -> PickResult:
+         capacities: Sequence[MeasuredCapacity] = (), target_rps: float | None = None,
+         include_placeholders: bool = False, spot: SpotKnowledge | None = None) -> PickResult:
     """Rank offers by total job cost; `as_written` places only the job as written (no plans).
-    `capacities`: measured serving capacities (`cost.capacity`), used instead of the estimate on their GPU."""
+    `capacities`: measured serving capacities (`cost.capacity`), used instead of the estimate on their GPU.
+    Placeholder prices are left unranked unless `include_placeholders`; spot rows without a stated
+    interruption rate are priced under `spot`'s rate or advisor band, else the default prior band."""
     layouts: dict[tuple[str, int], Layout] = {}  # many offers share a GPU and a count
     hosts: dict[tuple[str, int], HostNeeds] = {}  # and so the host RAM and disk the job needs there
     rows = []
-    for o in offers:
+    for given in offers:
+        prior = prior_for(given, spot)  # a spot row without a stated interruption rate: priced under a band
+        o = with_prior(given, prior)
         cap = find_capacity(capacities, o.gpu, o.gpu_count) if isinstance(job, InferenceJob) else None
         if cap is not None and isinstance(job, InferenceJob):
-            rows.append(guarded(o, today, partial(judge_measured, job, o, cap, target_rps, rates, deadline_s,
-                                                  budget_usd, today, options, currency)))
+            rows.append(vouched(guarded(o, today, partial(judge_measured, job, o, cap, target_rps, rates, deadline_s,
+                                                          budget_usd, today, options, currency)),
+                                prior, include_placeholders))
             continue
-        rows.append(guarded(o, today, partial(judge_offer, job, model, o, rates, deadline_s, budget_usd, today,
-                                              options, currency, layouts=layouts, hosts=hosts,
-                                              as_written=as_written)))
+        rows.append(vouched(guarded(o, today, partial(judge_offer, job, model, o, rates, deadline_s, budget_usd,
+                                                      today, options, currency, layouts=layouts, hosts=hosts,
+                                                      as_written=as_written)), prior, include_placeholders))
     ranked = sorted((r for r in rows if r.excluded is None), key=lambda r: r.total_usd or 0.0)
     ranked = mark_pareto(ranked)
     excluded = [r for r in rows if r.excluded is not None]
     return PickResult(job_name=job.name, rows=(*ranked, *excluded), exchange_rates=tuple(rates),
                       warnings=(*price_warnings(offers, today), *capacity_warnings(capacities, target_rps)),
                       currency=currency, as_written=as_written)
+
+
+# Why a placeholder row is not ranked: the report adds how to rank it anyway.
+PLACEHOLDER_NOT_RANKED = "placeholder price: nobody observed it"
+
+
+def vouched(row: PickRow, prior: InterruptionPrior | None, include_placeholders: bool) -> PickRow:
+    """The row with what gpuscout cannot vouch for: the interruption band it was priced under, and a
+    placeholder price left unranked unless asked for (an excluded row keeps its own reason)."""
+    update: dict[str, object] = {"interruption_prior": prior,
+                                 "interruption_risk_unknown": prior is not None and prior.unknown}
+    if row.placeholder and row.excluded is None and not include_placeholders:
+        update["excluded"] = PLACEHOLDER_NOT_RANKED
+    return row.model_copy(update=update)
 
 
 def guarded(offer: Offer, today: date, judge: Callable[[], PickRow]) -> PickRow:

@@ -11,6 +11,7 @@ from datetime import date
 
 from gpuscout.cost.billing import JobCost
 from gpuscout.cost.machine import MachineCheck
+from gpuscout.cost.spot_prior import InterruptionPrior
 from gpuscout.estimator.fit import Suggestion
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import USD, DisplayCurrency, amount_text, from_usd
@@ -30,12 +31,13 @@ class OfferFacts(Frozen):
     currency: str
     observed_at: date
     stale: bool
+    placeholder: bool = False  # a price nobody observed (`placeholder = true` in the sheet): ranked only when asked
 
 
 def offer_facts(offer: Offer, today: date) -> dict[str, object]:
     return {"offer_id": offer.id, "provider": offer.provider, "tier": offer.tier, "gpu_sku": offer.gpu,
             "gpu_count": offer.gpu_count, "currency": offer.currency, "observed_at": offer.observed_at,
-            "stale": is_stale(offer, today)}
+            "stale": is_stale(offer, today), "placeholder": offer.placeholder}
 
 
 class PickRow(OfferFacts):
@@ -56,6 +58,10 @@ class PickRow(OfferFacts):
     plan: tuple[Suggestion, ...] = ()  # changes that keep the task, applied so that it fits (empty: as written)
     options: tuple[Suggestion, ...] = ()  # changes that alter the task, offered (never applied) when unfit
     machine: MachineCheck | None = None  # the host: RAM, vCPUs, disk and the dataset's pull (docs/cost.md §2.14)
+    # A spot row whose sheet gives no interruption rate: the band it was priced under (the user's rate,
+    # their Spot Advisor band, or the default prior), and whether nothing at all was known (docs/cost.md §2.11).
+    interruption_prior: InterruptionPrior | None = None
+    interruption_risk_unknown: bool = False
 
 
 def row_base(offer: Offer, today: date) -> dict[str, object]:

@@ -27,7 +27,7 @@ import random
 from gpuscout.cost.billed_time import billed_seconds, billed_startup_s
 from gpuscout.errors import GpuscoutError
 from gpuscout.frozen import Frozen
-from gpuscout.hardware.offers import Offer
+from gpuscout.hardware.offers import Offer, interruption_rate
 from gpuscout.units import HOUR_S
 
 MAX_SPOT_OVERHEAD = 10.0  # a spot run longer than 10× its work is reported as never finishing
@@ -64,12 +64,12 @@ def expected_chunk_s(chunk_s: float, rate_per_s: float) -> float:
 
 def check_spot_finishes(offer: Offer, work_s: float) -> None:
     """Raise `SpotNeverFinishes` when the expected spot run exceeds MAX_SPOT_OVERHEAD × the work."""
-    lam = offer.interruptions_per_hour / HOUR_S
+    lam = interruption_rate(offer) / HOUR_S
     chunk = min(offer.checkpoint_interval_s, work_s)
     exponent = lam * chunk
     overhead = math.inf if exponent > MAX_EXPONENT else expected_chunk_s(chunk, lam) / chunk
     if overhead > MAX_SPOT_OVERHEAD:
-        every_min = 60.0 / offer.interruptions_per_hour
+        every_min = 60.0 / interruption_rate(offer)
         raise SpotNeverFinishes(
             f"{offer.id}: spot interruptions every {every_min:.3g} min on average against checkpoints every "
             f"{offer.checkpoint_interval_s / 60:.3g} min: the job would run "
@@ -83,7 +83,7 @@ def check_spot_finishes(offer: Offer, work_s: float) -> None:
 def expected_spot_run(offer: Offer, work_s: float) -> SpotOutcome:
     """Expected billed time and interruptions; rounding is approximated as half an increment per segment."""
     check_spot_finishes(offer, work_s)
-    lam = offer.interruptions_per_hour / HOUR_S
+    lam = interruption_rate(offer) / HOUR_S
     full, rest = _chunks(work_s, offer.checkpoint_interval_s)
     interval = offer.checkpoint_interval_s if full else None  # check_spot_finishes bounded λ·interval then
     interruptions = _per_chunk(full, math.expm1(lam * interval) if interval else None) + math.expm1(lam * rest)
@@ -106,7 +106,7 @@ def spot_p95_billed_s(offer: Offer, work_s: float, *, runs: int, seed: int) -> t
 
 def running_variance(offer: Offer, work_s: float) -> float:
     """Variance of the running time: independent chunks, each c + Σ_(failures) (wasted time + restart)."""
-    lam = offer.interruptions_per_hour / HOUR_S
+    lam = interruption_rate(offer) / HOUR_S
     full, rest = _chunks(work_s, offer.checkpoint_interval_s)
     whole = _chunk_variance(offer.checkpoint_interval_s, lam, offer.restart_overhead_s) if full else None
     return _per_chunk(full, whole) + (_chunk_variance(rest, lam, offer.restart_overhead_s) if rest else 0.0)
@@ -139,7 +139,7 @@ def simulate_spot_run(offer: Offer, work_s: float, *, runs: int, seed: int) -> l
     Callers keep the expected interruptions × runs within SIMULATED_INTERRUPTIONS (`spot_p95_billed_s`).
     """
     rng = random.Random(seed)
-    lam = offer.interruptions_per_hour / HOUR_S
+    lam = interruption_rate(offer) / HOUR_S
     full, rest = _chunks(work_s, offer.checkpoint_interval_s)
     out = []
     for _ in range(runs):

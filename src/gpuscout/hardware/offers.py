@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from datetime import date
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from gpuscout.errors import UnknownNameError
 from gpuscout.frozen import Frozen
@@ -92,13 +92,20 @@ class Offer(_Finite):
     storage: tuple[StorageItem, ...] = ()
     egress_free_gb: _NonNegative = 0.0
     egress_tiers: tuple[EgressTier, ...] = ()
-    interruptions_per_hour: _NonNegative = 0.0
+    # Spot only. None = the sheet does not say: a spot row is then priced under a prior band
+    # (`cost.spot_prior`, docs/cost.md §2.11), never as riskless. The high end, when given, is the
+    # rate the P95 is simulated at: a sheet (or the prior) that knows the rate only as a band says so.
+    interruptions_per_hour: _NonNegative | None = None
+    interruptions_per_hour_high: _NonNegative | None = None
     restart_overhead_s: _NonNegative = 0.0
     checkpoint_interval_s: _Positive = 1800.0
     discount: float = Field(default=0.0, ge=0.0, lt=1.0)
     observed_at: date
     source: str = Field(min_length=1)
     example: bool = False
+    # A price nobody observed (an illustration of how an offer is written): never ranked unless
+    # the user asks for it (`pick --include-placeholders`, docs/cost.md §4).
+    placeholder: StrictBool = False  # a real boolean: "no" or 0 would read as a claim either way
     notes: str = ""
 
     @field_validator("gpu")
@@ -123,16 +130,38 @@ class Offer(_Finite):
 
     @model_validator(mode="after")
     def _consistent(self) -> Offer:
-        if self.interruptions_per_hour > 0 and self.tier != "spot":
-            raise ValueError(
-                f"interruptions_per_hour = {self.interruptions_per_hour} on a {self.tier} offer; "
-                'only tier = "spot" capacity is interrupted by the provider'
-            )
+        _check_interruptions(self)
+        if self.source.lstrip().startswith("PLACEHOLDER") and not self.placeholder:
+            # The flag, not the wording, keeps a placeholder out of rankings; a source that says so
+            # without it is the silent winner this field exists to prevent.
+            raise ValueError("source says PLACEHOLDER but placeholder is not true; add placeholder = true (a "
+                             "price nobody observed is ranked only when asked for), or write the source it came from")
         stated = _COUNT_IN_PRODUCT.match(self.product)
         if stated and int(stated.group(1)) != self.gpu_count:
             raise ValueError(f"product {self.product!r} says {stated.group(1)} GPUs but gpu_count = {self.gpu_count}")
         _check_egress_tiers(self.egress_tiers)
         return self
+
+
+def _check_interruptions(offer: Offer) -> None:
+    """Only spot capacity is interrupted; a band's high end needs its expected rate, at or below it."""
+    rate, high = offer.interruptions_per_hour, offer.interruptions_per_hour_high
+    for name, value in (("interruptions_per_hour", rate), ("interruptions_per_hour_high", high)):
+        if value is not None and value > 0 and offer.tier != "spot":
+            raise ValueError(f'{name} = {value} on a {offer.tier} offer; only tier = "spot" capacity is '
+                             "interrupted by the provider")
+    if high is not None and rate is None:
+        raise ValueError("interruptions_per_hour_high is given without interruptions_per_hour; give the expected "
+                         "rate too (the high end is the rate the P95 is simulated at)")
+    if high is not None and rate is not None and high < rate:
+        raise ValueError(f"interruptions_per_hour_high = {high} is below interruptions_per_hour = {rate}; "
+                         "the high end of a band is at or above its expected rate")
+
+
+def interruption_rate(offer: Offer) -> float:
+    """The expected interruptions per hour the offer states; 0 when it states none (see `cost.spot_prior`
+    for how an unstated spot rate is priced)."""
+    return offer.interruptions_per_hour or 0.0
 
 
 def _check_egress_tiers(tiers: Sequence[EgressTier]) -> None:

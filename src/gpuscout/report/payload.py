@@ -18,6 +18,7 @@ from gpuscout.hardware.catalog import Gpu
 from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate, from_usd
 from gpuscout.hardware.offers import Offer
 from gpuscout.loadgen.search import SearchResult
+from gpuscout.report.unvouched import unvouched_payload
 from gpuscout.results.beside import EstimateBeside
 from gpuscout.results.schema import BenchResult
 from gpuscout.trace.llm import TraceResult
@@ -41,7 +42,8 @@ def pick_payload(job: Job, result: PickResult, notes: Sequence[str]) -> dict[str
     pick = result.model_dump(mode="json")
     for row, dumped in zip(result.rows, pick["rows"], strict=True):
         dumped["in_currency"] = _in_currency(row.total_usd, row.total_p95_usd, row.unit_costs_usd, result.currency)
-    return {"job": job.model_dump(), "pick": pick, "offers_notes": list(notes)}
+    return {"job": job.model_dump(), "pick": pick, "offers_notes": list(notes),
+            "unvouched": unvouched_payload(result.rows)}  # placeholders, unknown interruption risk
 
 
 def _in_currency(total_usd: float | None, p95_usd: float | None, units_usd: dict[str, float],

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from gpuscout.cost.billing import JobCost
 from gpuscout.cost.calculator import BilledCost, PlainCost
-from gpuscout.cost.pick import PickResult
+from gpuscout.cost.pick import PLACEHOLDER_NOT_RANKED, PickResult
 from gpuscout.cost.pick_row import PickRow
 from gpuscout.estimator.calibration import Calibration
 from gpuscout.estimator.fit import Suggestion
@@ -31,6 +31,7 @@ from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, plain, prose_column, some_ids
 from gpuscout.report.machine import machine_lines
 from gpuscout.report.numbers import duration, duration_band, gib, money, money_in, seconds, sig
+from gpuscout.report.unvouched import unvouched_lines
 
 CAPTION = "★ = on the time–cost Pareto frontier; P95 from a seeded spot simulation"
 WIDE_CAPTION = CAPTION + "; runtime band from the efficiency factors"
@@ -94,6 +95,7 @@ def pick_table(result: PickResult, *, wide: bool = False, top: int = TOP) -> Ren
         parts.append(Text(PLAN_CAPTION, style="dim"))
     if not wide:
         parts += excluded_lines(result.rows)
+    parts += [Text(line, style="yellow") for line in unvouched_lines(result.rows)]  # placeholders, unknown risk
     parts += machine_lines(result.rows, result.currency)  # the dataset's pull, extra disk, unstated host facts
     if result.exchange_rates:
         parts.append(Text(rates_text(result.exchange_rates)))
@@ -121,6 +123,7 @@ def _cells(row: PickRow, rank: int | None, notes: Footnotes, *, wide: bool, with
            shown: DisplayCurrency = USD) -> list[str | Text]:
     offer = Text(f"{'★ ' if row.pareto else ''}{row.offer_id}\n", no_wrap=True, overflow="ellipsis")
     offer.append(f"{row.provider} {row.tier}, {_gpus(row)}", style="dim")  # two lines, each cut, never wrapped
+    offer.append(vouch_marks(row), style="yellow")
     if row.plan:
         offer.append(f"\nplan: {plan_words(row.plan)}", style="yellow")
     if row.excluded is not None:  # only `wide` keeps excluded offers in the table
@@ -137,6 +140,12 @@ def _cells(row: PickRow, rank: int | None, notes: Footnotes, *, wide: bool, with
     if wide:
         cells += [row.bound or "", f"{row.observed_at}" + (" (stale)" if row.stale else "")]
     return cells
+
+
+def vouch_marks(row: PickRow) -> str:
+    """', placeholder', ', risk unknown': what the row's total cannot vouch for (the lines under the
+    table say more)."""
+    return (", placeholder" if row.placeholder else "") + (", risk unknown" if row.interruption_risk_unknown else "")
 
 
 def _gpus(row: PickRow) -> str:
@@ -203,7 +212,7 @@ def excluded_lines(rows: Sequence[PickRow]) -> list[RenderableType]:
     under an offer that does not fit, the changes that would alter the task and what each saves."""
     by_reason: dict[str, list[PickRow]] = {}
     for row in rows:
-        if row.excluded is not None:
+        if row.excluded is not None and row.excluded != PLACEHOLDER_NOT_RANKED:  # their own line: `unvouched`
             by_reason.setdefault(row.excluded, []).append(row)
     out: list[RenderableType] = []
     for reason, group in by_reason.items():
@@ -242,6 +251,8 @@ def bill_table(cost: JobCost, title: str, rates: Sequence[ExchangeRate] = ()) ->
         table.add_row("total (P95, spot simulation)", money(cost.total_p95, cost.currency),
                       notes.ref(f"P95: {sig(cost.interruptions)} expected interruptions"))
     parts: list[RenderableType] = [table, notes.flush()]
+    if cost.interruption_note:
+        parts.append(Text(cost.interruption_note, style="yellow"))
     if cost.note:
         parts.append(Text(cost.note, style="dim"))
     if rates:

@@ -13,6 +13,7 @@ from gpuscout.report.html.parts import Html, bullets, details, figure, para, sho
 from gpuscout.report.html.svg import Canvas, color, log_scale
 from gpuscout.report.numbers import duration, duration_band
 from gpuscout.report.pick import TOP, plan_words, rates_text, shown_money, shown_rows, unit_costs
+from gpuscout.report.unvouched import unvouched_lines
 from gpuscout.units import HOUR_S
 
 if TYPE_CHECKING:
@@ -33,7 +34,8 @@ def pick_view(doc: PickDoc, canvas: Canvas) -> list[Html]:
     if any(r.runtime_s is not None and r.total_usd is not None for r in pick.rows):
         parts.append(cost_time_plot(pick.rows, pick.currency, canvas))
     parts += [ranked_table(doc), *excluded_tables(excluded)]
-    notes = [*(["Exchange rates: " + rates_text(pick.exchange_rates).removeprefix("Exchange rates used: ")]
+    notes = [*unvouched_lines(pick.rows),
+             *(["Exchange rates: " + rates_text(pick.exchange_rates).removeprefix("Exchange rates used: ")]
                if pick.exchange_rates else []), *pick.warnings, *doc.notes]
     return parts + ([bullets(notes, class_="note")] if notes else [])
 
