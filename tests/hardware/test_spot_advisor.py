@@ -32,7 +32,7 @@ def error(path: Path) -> SpecError:
 
 def test_a_file_is_read_with_its_dating_and_the_default_exposure(tmp_path: Path) -> None:
     advisor = load_spot_advisor(write(tmp_path, HEAD + band() + band("g5.xlarge", "eu-west-1", "5–10 %")))
-    assert advisor.observed_at == date(2026, 11, 30) and advisor.exposure_hours == 730.0
+    assert advisor.observed_at == date(2026, 11, 30) and advisor.exposure_hours == 24.0
     assert [(b.instance_type, b.region, b.frequency) for b in advisor.bands] == [
         ("p4d.24xlarge", "us-east-1", ">20%"), ("g5.xlarge", "eu-west-1", "5-10%")]  # en dash and spaces accepted
 

@@ -10,7 +10,7 @@ their instance type (`product`) and `region`. How a monthly share becomes a rate
 
     observed_at = 2026-11-30           # required: the day the advisor was read
     source = "aws.amazon.com/ec2/spot/instance-advisor/ (Linux)"   # required
-    exposure_hours = 730               # optional: hours an instance runs in the month (1 to 744)
+    exposure_hours = 24                # optional: hours of running the share is read over (1 to 744)
 
     [[band]]
     instance_type = "p4d.24xlarge"
@@ -37,8 +37,11 @@ from gpuscout.userfile import printable, read_user_toml, shown
 FREQUENCY_BANDS: Mapping[str, tuple[float, float | None]] = {
     "<5%": (0.0, 0.05), "5-10%": (0.05, 0.10), "10-15%": (0.10, 0.15), "15-20%": (0.15, 0.20), ">20%": (0.20, None),
 }  # fmt: skip
-# A month of running: 365 d × 24 h / 12, the window the advisor's share covers.
-HOURS_PER_MONTH = 730.0
+# The advisor counts a share of instances reclaimed over its trailing month, not per hour of running, and
+# AWS does not say how long those instances ran. Read over a whole month (730 h) the share gives the
+# lowest rate it allows; read over one day of running it gives a rate 30x higher. gpuscout takes the day:
+# where unsure it errs on the side that prices the risk rather than hiding it (docs/cost.md §2.11).
+DEFAULT_EXPOSURE_HOURS = 24.0
 MAX_ADVISOR_BYTES = 4 * 2**20  # every type in every region is a few thousand rows: ~200 KB
 _FIX = ("Write the file as docs/cost.md §2.11 shows: observed_at, source, then one [[band]] per instance type "
         "and region with instance_type, region and frequency.")
@@ -84,7 +87,7 @@ class SpotAdvisor(Frozen):
     source: str = Field(min_length=1)
     # Hours an instance of these types runs within the advisor's month: the share of instances
     # reclaimed in a month is read as a constant hazard over this many hours (docs/cost.md §2.11).
-    exposure_hours: float = Field(HOURS_PER_MONTH, ge=1.0, le=744.0)
+    exposure_hours: float = Field(DEFAULT_EXPOSURE_HOURS, ge=1.0, le=744.0)
     bands: tuple[AdvisorBand, ...]
 
     def band_for(self, offer: Offer) -> AdvisorBand | None:
