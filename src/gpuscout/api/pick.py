@@ -55,6 +55,7 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
     from gpuscout.cost.billing import CostOptions
     from gpuscout.cost.pick import pick as rank_offers
     from gpuscout.cost.transfer import data_source
+    from gpuscout.cost.trial_price import trial_advice
     from gpuscout.estimator.efficiency import calibrated
     from gpuscout.hardware.currency import display_currency
     from gpuscout.hardware.price_sheet import default_price_sheet, load_offers
@@ -79,8 +80,18 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
         result = rank_offers(the_job, model, sheet.offers, rates=rates, deadline_s=deadline_s,
                              budget_usd=budget_usd, today=day, options=options, as_written=as_written, currency=shown,
                              capacities=capacities, target_rps=target_rps)
+    result = result.model_copy(update={"trial": trial_advice(
+        result.rows, sheet.offers, rates, job_arg=_job_arg(job), sheet=str(offers) if offers is not None else None)})
     return PickReport(job=the_job, pick=result, offers_notes=tuple(notes), calibration=used,
                       calibration_path=used_path)
+
+
+def _job_arg(job: JobRef) -> str:
+    """The job as a command names it: its path or example name; '' for the built-in default; a spec
+    given as an object has no name on a command line, so the commands say JOB.toml."""
+    if job is None:
+        return ""
+    return str(job) if isinstance(job, str | Path) else "JOB.toml"
 
 
 def _measured_launches(sheet: PriceSheet, notes: list[str], results: Sequence[str | Path | BenchResult],

@@ -81,6 +81,11 @@ class JobCost(Frozen):
     interruptions: float  # expected spot interruptions
     p95_method: str = ""  # how the spot P95 was found: the simulation, or the normal approximation
     note: str = ""  # how the amounts were converted, when shown in another currency than the offer's
+    # What the compute line holds besides the work, for a bill shown line by line: the billed start-up
+    # and idle tail of the first start, at `rate_per_hour` (the instance's price, the offer's currency).
+    startup_s: float = 0.0
+    idle_tail_s: float = 0.0
+    rate_per_hour: float = 0.0
 
 
 def rate_per_s(offer: Offer) -> float:
@@ -104,7 +109,9 @@ def price_job(offer: Offer, work_s: float, options: CostOptions | None = None) -
     extra_p95 = (run.p95.billed_s - run.expected.billed_s) * rate_per_s(offer)
     return JobCost(offer_id=offer.id, currency=offer.currency, work_s=work_s, billed_s=run.expected.billed_s,
                    lines=tuple(lines), total=total, total_p95=total + max(extra_p95, 0.0),
-                   interruptions=run.expected.interruptions, p95_method=run.p95_method)
+                   interruptions=run.expected.interruptions, p95_method=run.p95_method,
+                   startup_s=billed_startup_s(offer), idle_tail_s=offer.idle_tail_s,
+                   rate_per_hour=instance_price_per_hour(offer))
 
 
 class RunOutcome(Frozen):
