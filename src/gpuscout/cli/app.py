@@ -164,9 +164,10 @@ def pick(
     """Rank offers by the total cost of the whole job: fit, runtime, bill, $/unit, SLO, Pareto frontier."""
     from gpuscout import api
     from gpuscout.cost.billing import cost_options
+    from gpuscout.report.bill_block import find_row
     from gpuscout.report.calibration import calibration_payload
     from gpuscout.report.payload import pick_payload
-    from gpuscout.report.pick import explain_screen, find_row, pick_screen
+    from gpuscout.report.pick import explain_screen, pick_screen
 
     _one_calibration_choice(calibration, no_calibration)
     report = api.pick(job, offers=offers, cloud=cloud, deadline=deadline, budget=budget, currency=currency,

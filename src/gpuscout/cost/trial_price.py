@@ -47,16 +47,13 @@ class TrialAdvice(Frozen):
     winner_id: str
     challenger_id: str | None  # the cheapest row whose band overlaps the winner's (None: the winner is clear)
     overlapping: int  # ranked rows whose band overlaps the winner's
+    needed: bool  # the leaders overlap: only a measurement can order them
     stake_usd: float | None = 0.0  # the largest difference the bands allow in the challenger's favour (None: open)
     trials: tuple[TrialBill, ...] = ()
     trial_usd: float = 0.0  # both slices together
     pays: bool = False  # the trial costs less than the money at stake
     compare_command: str = ""
     unpriced: str = ""  # why the trial could not be priced (no step time, no rate), when it could not
-
-    @property
-    def needed(self) -> bool:
-        return self.challenger_id is not None
 
 
 def trial_work_s(row: PickRow) -> float | None:
@@ -96,10 +93,11 @@ def trial_advice(rows: Sequence[PickRow], offers: Sequence[Offer], rates: Sequen
     winner = ranked[0]
     overlapping = [r for r in ranked[1:] if r.separable is False]
     if not overlapping:
-        return TrialAdvice(winner_id=winner.offer_id, challenger_id=None, overlapping=0)
+        return TrialAdvice(winner_id=winner.offer_id, challenger_id=None, overlapping=0, needed=False)
     challenger = overlapping[0]
     stake = stake_usd(winner, challenger)
     advice = TrialAdvice(winner_id=winner.offer_id, challenger_id=challenger.offer_id, overlapping=len(overlapping),
+                         needed=True,
                          stake_usd=stake if math.isfinite(stake) else None,
                          compare_command=f"gpuscout compare a.json b.json{f' --offers {sheet}' if sheet else ''}"
                                          f" --offer {winner.offer_id} --offer {challenger.offer_id}")

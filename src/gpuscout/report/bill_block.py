@@ -43,7 +43,11 @@ def bill_parts(cost: JobCost, shown: DisplayCurrency, rates: Sequence[ExchangeRa
             parts += [("compute", line.amount - start - tail), ("billed start-up", start), ("idle tail", tail)]
         else:
             parts.append((_NAMES.get(line.name, line.name), line.amount))
-    return [(name, amount * factor) for name, amount in parts]
+    merged: dict[str, float] = {}  # every storage item in one line: a compact block names kinds, not disks
+    for name, amount in parts:
+        key = "storage" if name.startswith("storage: ") else name
+        merged[key] = merged.get(key, 0.0) + amount * factor
+    return list(merged.items())
 
 
 def bill_block(row: PickRow, shown: DisplayCurrency, rates: Sequence[ExchangeRate]) -> list[Text]:

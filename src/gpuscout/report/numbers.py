@@ -135,6 +135,8 @@ def money_band(low: float, high: float | None, currency: str = "USD") -> str:
     """A band of amounts with the sign once and about three significant digits (a band is an
     estimate, its cents are noise): '$3.43–7.28', 'CN¥24.5–52.0'; an open high end reads '$3.43–?'."""
     prefix = currency_sign(currency)
+    if high is not None and sig(low) == sig(high):  # a bill the minimum fixes has no spread to show
+        return f"{prefix}{sig(low)}"
     return f"{prefix}{sig(low)}–{'?' if high is None else sig(high)}"
 
 

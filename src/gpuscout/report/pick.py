@@ -113,17 +113,14 @@ def default_pick(result: PickResult, *, top: int = TOP) -> RenderableType:
     words, its plan), the expected runtime and total over their bands, the price's age, the marks; the
     legend, the trial advice and the bills of the leaders under it."""
     rows, hidden = shown_rows(result, wide=False, top=top)
-    with_slo = any(r.slo_met is not None for r in result.rows)
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     prose_column(table, "offer")  # gives way first: its lines are cut with '…' rather than wrapped
     number_column(table, "runtime")
     number_column(table, "total")
     number_column(table, "age")
-    if with_slo:
-        label_column(table, "SLO")
     label_column(table, "")  # the marks
     for row in rows:
-        table.add_row(*_default_cells(row, result, with_slo=with_slo))
+        table.add_row(*_default_cells(row, result))
     title = f"{result.job_name}: offers ranked by expected total job cost ({result.currency.code})" + (
         ", as written" if result.as_written else "")
     parts: list[RenderableType] = [Text(title, style="bold"), table, *_legend(rows)]
@@ -153,12 +150,14 @@ def _legend(rows: Sequence[PickRow]) -> list[Text]:
              *(["! price over 30 days old"] if any(r.stale for r in rows) else [])]
     if marks:
         lines.append("; ".join(marks))
+    if any(r.slo_met for r in rows):  # an offer that misses it is excluded, so a ranked one meets it
+        lines.append("every ranked offer meets the latency SLO at its band's slow end")
     if rows and any(r.separable and same_runtime(rows[0], r) for r in rows[1:]):
         lines.append("rows on the leader's GPUs and plan share its runtime: told apart by price")
     return [Text(line, style="dim") for line in lines]
 
 
-def _default_cells(row: PickRow, result: PickResult, *, with_slo: bool) -> list[str | Text]:
+def _default_cells(row: PickRow, result: PickResult) -> list[str | Text]:
     shown = result.currency
     offer = Text(f"{row.offer_id}\n", no_wrap=True, overflow="ellipsis", style="bold")
     offer.append(f"{row.provider} {row.tier}, {row.gpu_count} × {row.gpu_sku}", style="not bold dim")
@@ -174,8 +173,6 @@ def _default_cells(row: PickRow, result: PickResult, *, with_slo: bool) -> list[
     if row.total_usd is not None:
         total.append(f"\n{shown_band(row, shown)}", style="dim")
     cells: list[str | Text] = [offer, runtime, total, Text(_age(row, result), style="yellow" if row.stale else "")]
-    if with_slo:
-        cells.append("-" if row.slo_met is None else ("yes" if row.slo_met else "no"))
     marks = ("★" if row.pareto else "") + ("≈" if row.separable is False else "") + ("!" if row.stale else "")
     return [*cells, marks]
 
