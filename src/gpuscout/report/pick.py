@@ -121,7 +121,7 @@ def default_pick(result: PickResult, *, top: int = TOP) -> RenderableType:
     label_column(table, "")  # the marks
     for row in rows:
         table.add_row(*_default_cells(row, result))
-    title = f"{result.job_name}: offers ranked by expected total job cost ({result.currency.code})" + (
+    title = f"{result.job_name}: offers ranked by total job cost ({result.currency.code})" + (
         ", as written" if result.as_written else "")
     parts: list[RenderableType] = [Text(title, style="bold"), table, *_legend(rows)]
     if hidden:
