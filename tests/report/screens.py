@@ -52,7 +52,8 @@ def rows_by_header(text: str, first_header: str) -> list[dict[str, str]]:
 
 def pick_rows(text: str) -> dict[str, list[str]]:
     """The default pick table read back: each offer id (the first line of its row) to the cells of that
-    line (offer, runtime, total, age, marks), cut at runs of two or more spaces. The table has no
+    line (offer, runtime, total, age, marks), cut at runs of two or more spaces (the age and the
+    marks share a column). The table has no
     vertical rules, so a cell is what stands between wide gaps; the marks cell is '' when empty."""
     lines = text.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("offer ") and "runtime" in line)
@@ -63,6 +64,7 @@ def pick_rows(text: str) -> dict[str, list[str]]:
                 break
             continue
         cells = [c for c in re.split(r" {2,}", line.rstrip()) if c]
-        if len(cells) >= 4 and cells[3].split()[-1] in ("d", "y"):
-            out[cells[0]] = [*cells, ""][:5] if len(cells) == 4 else cells[:5]
+        if len(cells) == 4 and cells[3].split()[1:2] in (["d"], ["y"]):  # the age, then the marks
+            number, unit, *marks = cells[3].split()
+            out[cells[0]] = [*cells[:3], f"{number} {unit}", "".join(marks)]
     return out

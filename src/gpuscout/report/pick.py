@@ -117,8 +117,7 @@ def default_pick(result: PickResult, *, top: int = TOP) -> RenderableType:
     prose_column(table, "offer")  # gives way first: its lines are cut with '…' rather than wrapped
     number_column(table, "runtime")
     number_column(table, "total")
-    number_column(table, "age")
-    label_column(table, "")  # the marks
+    label_column(table, "  age")  # and the marks, in one column: two characters saved for the offer id
     for row in rows:
         table.add_row(*_default_cells(row, result))
     title = f"{result.job_name}: offers ranked by total job cost ({result.currency.code})" + (
@@ -147,7 +146,7 @@ def _legend(rows: Sequence[PickRow]) -> list[Text]:
     marks = [*(["★ time–cost Pareto frontier"] if any(r.pareto for r in rows) else []),
              *(["≈ band overlaps the leader's: not separable before measuring"]
                if any(r.separable is False for r in rows) else []),
-             *(["! price over 30 days old"] if any(r.stale for r in rows) else [])]
+             *(["age over 30 d: a stale price"] if any(r.stale for r in rows) else [])]
     if marks:
         lines.append("; ".join(marks))
     if any(r.slo_met for r in rows):  # an offer that misses it is excluded, so a ranked one meets it
@@ -172,9 +171,10 @@ def _default_cells(row: PickRow, result: PickResult) -> list[str | Text]:
     total = Text(shown_money(row.total_usd, shown))
     if row.total_usd is not None:
         total.append(f"\n{shown_band(row, shown)}", style="dim")
-    cells: list[str | Text] = [offer, runtime, total, Text(_age(row, result), style="yellow" if row.stale else "")]
-    marks = ("★" if row.pareto else "") + ("≈" if row.separable is False else "") + ("!" if row.stale else "")
-    return [*cells, marks]
+    marks = ("★" if row.pareto else "") + ("≈" if row.separable is False else "")
+    aged = Text(f"{_age(row, result):>5}", style="yellow" if row.stale else "")
+    aged.append(f" {marks}" if marks else "")
+    return [offer, runtime, total, aged]
 
 
 def _age(row: PickRow, result: PickResult) -> str:
