@@ -1,6 +1,6 @@
 """A ranked row's total as a band, and whether two bands tell their offers apart before measuring.
 
-The band (docs/cost.md §2.15): its low end is the bill at the fast end of the runtime band, its
+The band (docs/cost.md §6.1): its low end is the bill at the fast end of the runtime band, its
 high end the spot P95 bill at the slow end (the runtime band already holds the efficiency factors'
 spread and the plan's pessimistic slowdown), plus each risk the row carries as a whole bill. The
 expected total still orders the rows; the band only says how sure that order is.

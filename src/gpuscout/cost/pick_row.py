@@ -56,7 +56,7 @@ class PickRow(OfferFacts):
     plan: tuple[Suggestion, ...] = ()  # changes that keep the task, applied so that it fits (empty: as written)
     options: tuple[Suggestion, ...] = ()  # changes that alter the task, offered (never applied) when unfit
     machine: MachineCheck | None = None  # the host: RAM, vCPUs, disk and the dataset's pull (docs/cost.md §2.14)
-    # The total's band (docs/cost.md §2.15): priced at the runtime band's ends, the high end at the spot
+    # The total's band (docs/cost.md §6.1): priced at the runtime band's ends, the high end at the spot
     # P95; the expected `total_usd` orders the rows. None where the row has no total.
     total_low_usd: float | None = None
     total_high_usd: float | None = None

@@ -7,7 +7,7 @@ the offer's billed start-up (launch and setup), then `BENCH_RUNS` runs of `BENCH
 is billed under its offer's own rules (`price_job`: billed start-up, idle tail, minimum billed time,
 billing increment), so a box with a one-hour minimum charges the hour. The money at stake is the
 largest difference the two bands allow in the runner-up's favour (`cost_band.stake_usd`). A trial
-pays when the two slices cost less than that (docs/cost.md §2.16).
+pays when the two slices cost less than that (docs/cost.md §6.2).
 """
 
 from __future__ import annotations
