@@ -76,9 +76,12 @@ def stake_usd(winner: PickRow, row: PickRow) -> float:
     return max(w_high - r_low, 0.0)
 
 
+def separable_flags(ranked: Sequence[PickRow]) -> list[bool | None]:
+    """For each ranked row, whether it is told apart from the first (the winner, cheapest expected
+    total): None for the winner itself."""
+    return [None if i == 0 else separable(ranked[0], r) for i, r in enumerate(ranked)]
+
+
 def mark_separable(ranked: Sequence[PickRow]) -> list[PickRow]:
-    """Each ranked row but the first (the winner, cheapest expected total) marked separable or not."""
-    if not ranked:
-        return []
-    winner = ranked[0]
-    return [winner, *(r.model_copy(update={"separable": separable(winner, r)}) for r in ranked[1:])]
+    """The ranked rows with their `separable` flag set (`separable_flags`)."""
+    return [r.model_copy(update={"separable": f}) for r, f in zip(ranked, separable_flags(ranked), strict=True)]

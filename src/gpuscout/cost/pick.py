@@ -23,7 +23,7 @@ from pydantic import Field
 
 from gpuscout.cost.billing import CostOptions
 from gpuscout.cost.capacity import MeasuredCapacity, capacity_warnings, find_capacity, judge_measured
-from gpuscout.cost.cost_band import mark_separable, priced_band, total_band
+from gpuscout.cost.cost_band import priced_band, separable_flags, total_band
 from gpuscout.cost.machine import check_machine, host_needs, price_on_machine
 from gpuscout.cost.pick_row import PickRow, exclusion, row_base, unit_costs
 from gpuscout.cost.spot import SpotNeverFinishes
@@ -121,7 +121,7 @@ def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[Exc
                                               options, currency, layouts=layouts, hosts=hosts,
                                               as_written=as_written)))
     ranked = sorted((r for r in rows if r.excluded is None), key=lambda r: r.total_usd or 0.0)
-    ranked = mark_separable(mark_pareto(ranked))
+    ranked = mark_pareto(ranked, separable_flags(ranked))
     excluded = [r for r in rows if r.excluded is not None]
     return PickResult(job_name=job.name, rows=(*ranked, *excluded), exchange_rates=tuple(rates),
                       warnings=(*price_warnings(offers, today), *capacity_warnings(capacities, target_rps)),
@@ -190,7 +190,8 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
     except SpecError:
         no_rate = f"priced in {offer.currency} and no exchange rate was given: {missing_rate_fix(offer.currency)}"
         return PickRow(**base | timing | {"excluded": no_rate})
-    low, high = total_band(*priced_band(partial(price_on_machine, offer, options=options, check=machine, rates=rates),
+    low, high = total_band(*priced_band(partial(price_on_machine, offer, options=options, check=machine, rates=rates,
+                                                formulas=False),
                                         partial(to_usd, currency=offer.currency, rates=rates),
                                         layout.runtime_low_s, layout.runtime_high_s))
     units = unit_costs(job, total)
@@ -399,7 +400,7 @@ def slo_met(job: Job, speed: SpeedEstimate) -> bool | None:
     return not slo_misses(job, speed) if checked else None
 
 
-def mark_pareto(rows: list[PickRow]) -> list[PickRow]:
+def mark_pareto(rows: list[PickRow], separable: Sequence[bool | None] | None = None) -> list[PickRow]:
     """Mark rows no other row beats on both runtime and total cost (the time–cost frontier).
 
     A row is dominated when another is no slower and no dearer, and better on one of the two. One
@@ -416,4 +417,5 @@ def mark_pareto(rows: list[PickRow]) -> list[PickRow]:
         fastest_here = min(key(rows[i])[1] for i in members)
         frontier |= {i for i in members if key(rows[i])[1] < fastest_cheaper and key(rows[i])[1] <= fastest_here}
         fastest_cheaper = min(fastest_cheaper, fastest_here)
-    return [r.model_copy(update={"pareto": i in frontier}) for i, r in enumerate(rows)]
+    flags = separable if separable is not None else [r.separable for r in rows]  # one copy a row sets both
+    return [r.model_copy(update={"pareto": i in frontier, "separable": flags[i]}) for i, r in enumerate(rows)]
