@@ -81,7 +81,8 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
                              budget_usd=budget_usd, today=day, options=options, as_written=as_written, currency=shown,
                              capacities=capacities, target_rps=target_rps)
     result = result.model_copy(update={"trial": trial_advice(
-        result.rows, sheet.offers, rates, job_arg=_job_arg(job), sheet=str(offers) if offers is not None else None)})
+        result.rows, sheet.offers, rates, job_arg=_job_arg(job),
+        sheet=str(offers) if offers is not None else "prices.example")})  # bench and compare take the bundled one so
     return PickReport(job=the_job, pick=result, offers_notes=tuple(notes), calibration=used,
                       calibration_path=used_path)
 
