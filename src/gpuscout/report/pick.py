@@ -381,6 +381,10 @@ def explain_screen(result: PickResult, offer_id: str) -> RenderableType:
         parts.append(Text(words))
     if row.excluded is not None:
         parts.append(Text(f"excluded: {row.excluded}", style="red"))
+        if row.options:
+            parts.append(Text(options_text(row.options), style="dim"))
+    if row.plan:
+        parts.append(Text(f"plan: {plan_words(row.plan)}", style="yellow"))
     if row.runtime_s is not None:
         band = (f" (band {duration_band(row.runtime_low_s, row.runtime_high_s)})"
                 if row.runtime_low_s is not None and row.runtime_high_s is not None else "")
