@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from gpuscout.cli import app as cli_app
+from gpuscout.cost.billing import CostOptions, price_job
 from gpuscout.cost.cost_band import band_of, mark_separable, overlaps, separable, stake_usd, total_band
 from gpuscout.cost.pick import pick
 from gpuscout.cost.pick_row import PickRow, row_base
@@ -150,3 +151,15 @@ def test_the_commands_name_the_sheet_the_user_gave() -> None:
     assert bench_command("", "x", "a.json", None) == "gpuscout bench --offer x -o a.json"
     assert bench_command("j.toml", "x", "b.json", "my.toml") == \
         "gpuscout bench j.toml --offers my.toml --offer x -o b.json"
+
+
+@pytest.mark.parametrize("terms", [{}, {"min_billed_s": 3600, "billing_increment_s": 60, "startup_s": 300},
+                                   {"interruptions_per_hour": 0.2, "restart_overhead_s": 600, "tier": "spot"},
+                                   {"storage": [{"name": "disk", "size_gb": 100, "price_per_gb_month": 0.1}]}])
+def test_a_bill_without_formulas_has_the_same_amounts(terms: dict[str, Any]) -> None:
+    # The band ends are priced without the formula strings; every amount must be the full bill's.
+    o = offer(**terms)
+    opts = CostOptions(failed_attempts=1.0, egress_gb=0.0)
+    full, bare = price_job(o, 7200.0, opts), price_job(o, 7200.0, opts, formulas=False)
+    assert (bare.total, bare.total_p95, bare.billed_s) == (full.total, full.total_p95, full.billed_s)
+    assert [line.amount for line in bare.lines] == [line.amount for line in full.lines]
