@@ -7,6 +7,7 @@ star marks the Pareto offers) in a way that survives a refresh of the golden fil
 from __future__ import annotations
 
 import io
+import re
 
 from rich.console import Console, RenderableType
 
@@ -47,3 +48,23 @@ def rows_by_header(text: str, first_header: str) -> list[dict[str, str]]:
         if names and names[0] == first_header:
             return [dict(zip(names, row, strict=True)) for row in rows]
     raise AssertionError(f"no table starting with a {first_header!r} column in:\n{text}")
+
+
+def pick_rows(text: str) -> dict[str, list[str]]:
+    """The default pick table read back: each offer id (the first line of its row) to the cells of that
+    line (offer, runtime, total, age, marks), cut at runs of two or more spaces (the age and the
+    marks share a column). The table has no
+    vertical rules, so a cell is what stands between wide gaps; the marks cell is '' when empty."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("offer ") and "runtime" in line)
+    out: dict[str, list[str]] = {}
+    for line in lines[start + 2:]:
+        if not line.strip() or not line.startswith(tuple("abcdefghijklmnopqrstuvwxyz0123456789")):
+            if not line.strip() or not line[:1].isalpha():
+                break
+            continue
+        cells = [c for c in re.split(r" {2,}", line.rstrip()) if c]
+        if len(cells) == 4 and cells[3].split()[1:2] in (["d"], ["y"]):  # the age, then the marks
+            number, unit, *marks = cells[3].split()
+            out[cells[0]] = [*cells[:3], f"{number} {unit}", "".join(marks)]
+    return out

@@ -74,6 +74,16 @@ WIDE_SCREENS: dict[str, Callable[[], RenderableType]] = {
 }
 
 
+# The default pick of bundled examples at 80 columns: bands, overlap marks, the trial advice (needed or
+# not), layouts in words (data-parallel, tensor-parallel replicas, ZeRO-3), plans.
+PICK_EXAMPLES = ("llama3-8b-qlora", "llama3-70b-serving-8k", "llama3-8b-full-zero3", "tiny-finetune", "wan-t2v-480p")
+
+
+def _pick_example(name: str) -> RenderableType:
+    r = samples.api.pick(name, today=samples.TODAY)  # a shipped example by name: the commands name it so
+    return pick_screen(r.pick, r.offers_notes)
+
+
 def check_golden(name: str, text: str) -> None:
     """Compare with golden/NAME.txt exactly; with GPUSCOUT_UPDATE_GOLDEN=1 write it instead."""
     path = GOLDEN / f"{name}.txt"
@@ -108,3 +118,10 @@ def test_80_column_goldens_fit_in_80_columns(name: str) -> None:
     too_wide = [(n, len(line)) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
                 if len(line) > 80]
     assert too_wide == [], f"{path.name}: lines wider than 80 characters (line, width): {too_wide}"
+
+
+@pytest.mark.parametrize("name", PICK_EXAMPLES)
+def test_example_pick_matches_its_golden_file_at_80_columns(name: str) -> None:
+    text = render(_pick_example(name), 80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    check_golden(f"pick-example-{name}-80", text)

@@ -17,7 +17,7 @@ from gpuscout.report.numbers import GIB
 from gpuscout.report.pick import pick_screen
 
 from . import samples
-from .screens import render, rows_by_header
+from .screens import pick_rows, render, rows_by_header
 
 WIDTH = 80
 
@@ -65,22 +65,26 @@ def test_a_gpu_that_does_not_fit_shows_peak_above_usable_and_no(
 
 def test_pick_stars_exactly_the_pareto_offers() -> None:
     report = samples.pick_default()
-    text = render(pick_screen(report.pick, report.offers_notes), WIDTH)
-    rows = rows_by_header(text, "offer")
-    offer_lines = [r["offer"] for r in rows]
-    starred = {line.removeprefix("★ ") for line in offer_lines if line.startswith("★")}
+    rows = pick_rows(render(pick_screen(report.pick, report.offers_notes), WIDTH))
+    starred = {oid for oid, cells in rows.items() if "★" in cells[4]}
     expected = {r.offer_id for r in report.pick.rows if r.pareto}
     assert expected and starred == expected
     ranked = [r.offer_id for r in report.pick.rows if r.excluded is None]
-    ids = [r["offer"].removeprefix("★ ") for r in rows if r["total"]]  # an offer's first line holds the figures
-    assert ids == ranked  # ids whole, in rank order
+    assert list(rows) == ranked  # ids whole, in rank order
 
 
-def test_pick_totals_rise_down_the_table() -> None:
+def test_pick_totals_rise_down_the_table_and_each_sits_in_its_band() -> None:
     report = samples.pick_default()
-    rows = rows_by_header(render(pick_screen(report.pick), WIDTH), "offer")
-    totals = [figure(r["total"]) for r in rows if r["total"]]
-    assert totals == sorted(totals) and all(figure(r["P95"]) >= figure(r["total"]) for r in rows if r["total"])
+    text = render(pick_screen(report.pick), WIDTH)
+    rows = pick_rows(text)
+    totals = [figure(cells[2]) for cells in rows.values()]
+    assert totals == sorted(totals)
+    for r in report.pick.rows:
+        if r.excluded is None:
+            assert r.total_low_usd is not None and r.total_high_usd is not None
+            assert r.total_low_usd <= (r.total_usd or 0) <= r.total_high_usd
+            assert f"${r.total_low_usd:.3g}" in text  # the band's low end under its total
+            assert ("≈" in rows[r.offer_id][4]) == (r.separable is False)
 
 
 def test_load_rows_show_p50_at_most_p95_as_measured() -> None:

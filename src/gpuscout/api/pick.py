@@ -61,6 +61,7 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
     from gpuscout.cost.billing import CostOptions
     from gpuscout.cost.pick import pick as rank_offers
     from gpuscout.cost.transfer import data_source
+    from gpuscout.cost.trial_price import trial_advice
     from gpuscout.estimator.efficiency import calibrated
     from gpuscout.hardware.currency import display_currency
     from gpuscout.hardware.price_sheet import default_price_sheet, load_offers
@@ -87,6 +88,9 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
                              budget_usd=budget_usd, today=day, options=options, as_written=as_written, currency=shown,
                              capacities=capacities, target_rps=target_rps,
                              include_placeholders=include_placeholders, spot=spot)
+    result = result.model_copy(update={"trial": trial_advice(
+        result.rows, sheet.offers, rates, job_arg=_job_arg(job),
+        sheet=str(offers) if offers is not None else "prices.example")})  # bench and compare take the bundled one so
     return PickReport(job=the_job, pick=result, offers_notes=tuple(notes), calibration=used,
                       calibration_path=used_path)
 
@@ -105,6 +109,14 @@ def spot_knowledge(interruptions_per_hour: float | None, spot_advisor: str | Pat
                          rate=rate, most=MAX_RATE_PER_HOUR)
     advisor = load_spot_advisor(Path(spot_advisor)) if spot_advisor is not None else None
     return SpotKnowledge(per_hour=rate, advisor=advisor)
+
+
+def _job_arg(job: JobRef) -> str:
+    """The job as a command names it: its path or example name; '' for the built-in default; a spec
+    given as an object has no name on a command line, so the commands say JOB.toml."""
+    if job is None:
+        return ""
+    return str(job) if isinstance(job, str | Path) else "JOB.toml"
 
 
 def _measured_launches(sheet: PriceSheet, notes: list[str], results: Sequence[str | Path | BenchResult],

@@ -165,14 +165,17 @@ def pick(
     store: StoreOption = None,
     no_store: NoStoreFlag = False,
     wide: WideFlag = False,
+    explain: Annotated[str | None, typer.Option("--explain", metavar="OFFER_ID", help="Show one offer in full: "
+                                                "its layout, bands and every line of its bill.")] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Rank offers by the total cost of the whole job: fit, runtime, bill, $/unit, SLO, Pareto frontier."""
     from gpuscout import api
     from gpuscout.cost.billing import cost_options
+    from gpuscout.report.bill_block import find_row
     from gpuscout.report.calibration import calibration_payload
     from gpuscout.report.payload import pick_payload
-    from gpuscout.report.pick import pick_screen
+    from gpuscout.report.pick import explain_screen, pick_screen
 
     _one_calibration_choice(calibration, no_calibration)
     report = api.pick(job, offers=offers, cloud=cloud, deadline=deadline, budget=budget, currency=currency,
@@ -186,9 +189,12 @@ def pick(
                       spot_advisor=spot_advisor)
     payload = pick_payload(report.job, report.pick, report.offers_notes) | calibration_payload(
         report.calibration, report.calibration_path)
+    if explain is not None:  # an unknown id is a user error before anything is recorded
+        find_row(report.pick, explain)
     record("pick", payload, store=store, no_store=no_store)
     emit(lambda: payload,
-         lambda: pick_screen(report.pick, report.offers_notes, wide=wide, top=top, calibration=report.calibration),
+         lambda: explain_screen(report.pick, explain) if explain is not None else
+         pick_screen(report.pick, report.offers_notes, wide=wide, top=top, calibration=report.calibration),
          as_json)
 
 

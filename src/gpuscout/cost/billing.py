@@ -84,17 +84,24 @@ class JobCost(Frozen):
     note: str = ""  # how the amounts were converted, when shown in another currency than the offer's
     # A spot offer whose sheet gives no interruption rate: the default prior band priced it (`spot_prior`).
     interruption_note: str = ""
+    # What the compute line holds besides the work, for a bill shown line by line: the billed start-up
+    # and idle tail of the first start, at `rate_per_hour` (the instance's price, the offer's currency).
+    startup_s: float = 0.0
+    idle_tail_s: float = 0.0
+    rate_per_hour: float = 0.0
 
 
 def rate_per_s(offer: Offer) -> float:
     return instance_price_per_hour(offer) / HOUR_S
 
 
-def price_job(offer: Offer, work_s: float, options: CostOptions | None = None) -> JobCost:
-    """The whole bill for `work_s` seconds of useful work on `offer`."""
+def price_job(offer: Offer, work_s: float, options: CostOptions | None = None, *, formulas: bool = True) -> JobCost:
+    """The whole bill for `work_s` seconds of useful work on `offer`. `formulas=False` leaves the compute
+    line's formula out: the ends of a ranking's cost bands price every offer twice more, and only the
+    amounts are kept."""
     opts = options or CostOptions()
     run = run_outcome(offer, work_s, opts)
-    lines = [compute_line(offer, run.expected)]
+    lines = [compute_line(offer, run.expected, formula=formulas)]
     kept_s = opts.keep_stopped_days * DAY_S
     lines += [storage_line(item, offer, run.expected.billed_s, kept_s) for item in offer.storage]
     lines += stopped_compute_lines(offer, kept_s)
@@ -108,7 +115,9 @@ def price_job(offer: Offer, work_s: float, options: CostOptions | None = None) -
     return JobCost(offer_id=offer.id, currency=offer.currency, work_s=work_s, billed_s=run.expected.billed_s,
                    lines=tuple(lines), total=total, total_p95=total + max(extra_p95, 0.0),
                    interruptions=run.expected.interruptions, p95_method=run.p95_method,
-                   interruption_note=unknown_risk_note(offer))
+                   interruption_note=unknown_risk_note(offer),
+                   startup_s=billed_startup_s(offer) if formulas else 0.0, idle_tail_s=offer.idle_tail_s,
+                   rate_per_hour=instance_price_per_hour(offer))
 
 
 class RunOutcome(Frozen):
@@ -137,8 +146,10 @@ def run_outcome(offer: Offer, work_s: float, opts: CostOptions) -> RunOutcome:
     return RunOutcome(expected=expected, p95=expected.model_copy(update={"billed_s": p95_billed}), p95_method=method)
 
 
-def compute_line(offer: Offer, run: SpotOutcome) -> CostLine:
+def compute_line(offer: Offer, run: SpotOutcome, *, formula: bool = True) -> CostLine:
     hours = run.billed_s / HOUR_S
+    if not formula:
+        return CostLine(name="compute", amount=hours * instance_price_per_hour(offer), formula="")
     parts = f"{startup_text(offer)} + work + idle tail {offer.idle_tail_s:g} s"
     if run.interruptions:
         restart = offer.restart_overhead_s

@@ -147,7 +147,7 @@ def machine_offer(offer: Offer, check: MachineCheck) -> Offer:
 
 
 def price_on_machine(offer: Offer, work_s: float, options: CostOptions | None, check: MachineCheck,
-                     rates: Sequence[ExchangeRate] = ()) -> JobCost:
+                     rates: Sequence[ExchangeRate] = (), *, formulas: bool = True) -> JobCost:
     """`price_job` on the machine as this job uses it, plus the dataset's egress from its source.
 
     The source's egress is priced in USD (docs/cost.md §2.14) and converted into the offer's currency;
@@ -156,7 +156,7 @@ def price_on_machine(offer: Offer, work_s: float, options: CostOptions | None, c
     opts = options or CostOptions()
     if check.returned_gb:
         opts = opts.model_copy(update={"egress_gb": opts.egress_gb + check.returned_gb})
-    cost = price_job(machine_offer(offer, check), work_s, opts)
+    cost = price_job(machine_offer(offer, check), work_s, opts, formulas=formulas)
     line = _egress_line(check.transfer, offer.currency, rates)
     if line is None:
         return cost

@@ -23,10 +23,12 @@ from pydantic import Field
 
 from gpuscout.cost.billing import CostOptions
 from gpuscout.cost.capacity import MeasuredCapacity, capacity_warnings, find_capacity, judge_measured
+from gpuscout.cost.cost_band import priced_band, separable_flags, total_band
 from gpuscout.cost.machine import check_machine, host_needs, price_on_machine
 from gpuscout.cost.pick_row import PickRow, exclusion, row_base, unit_costs
 from gpuscout.cost.spot import SpotNeverFinishes
 from gpuscout.cost.spot_prior import InterruptionPrior, SpotKnowledge, prior_for, with_prior
+from gpuscout.cost.trial_price import TrialAdvice
 from gpuscout.errors import GpuscoutError, SpecError
 from gpuscout.estimator.fit import (
     Suggestion,
@@ -97,6 +99,8 @@ class PickResult(Frozen):
     warnings: tuple[str, ...]
     as_written: bool = False  # plans were turned off: only the job as written was placed
     currency: DisplayCurrency = USD  # totals are ranked in USD and shown in this currency (docs/cost.md §3)
+    today: date | None = None  # the day prices were aged on (each row's price age)
+    trial: TrialAdvice | None = None  # whether a trial pays to settle the leaders, its price and commands
 
 
 def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[ExchangeRate] = (),
@@ -124,11 +128,11 @@ def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[Exc
                                                       today, options, currency, layouts=layouts, hosts=hosts,
                                                       as_written=as_written)), prior, include_placeholders))
     ranked = sorted((r for r in rows if r.excluded is None), key=lambda r: r.total_usd or 0.0)
-    ranked = mark_pareto(ranked)
+    ranked = mark_pareto(ranked, separable_flags(ranked))
     excluded = [r for r in rows if r.excluded is not None]
     return PickResult(job_name=job.name, rows=(*ranked, *excluded), exchange_rates=tuple(rates),
                       warnings=(*price_warnings(offers, today), *capacity_warnings(capacities, target_rps)),
-                      currency=currency, as_written=as_written)
+                      currency=currency, as_written=as_written, today=today)
 
 
 # Why a placeholder row is not ranked: the report adds how to rank it anyway.
@@ -193,7 +197,7 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
         known[key] = host_needs(placement.job, model, processes=processes, data=data)
     machine = check_machine(placement.job, model, offer, processes=processes, data=data, needs=known[key])
     fitted = {"fits": True, "gpus_needed": placement.gpus_needed, "runtime_s": layout.runtime_s,
-              "bound": speed.bound, "plan": placement.plan, "machine": machine}
+              "bound": speed.bound, "plan": placement.plan, "machine": machine, **_layout_fields(job, placement)}
     if machine.excluded is not None:
         return PickRow(**base | fitted | {"excluded": machine.excluded})
     try:
@@ -207,12 +211,31 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
     except SpecError:
         no_rate = f"priced in {offer.currency} and no exchange rate was given: {missing_rate_fix(offer.currency)}"
         return PickRow(**base | timing | {"excluded": no_rate})
+    low, high = total_band(*priced_band(partial(price_on_machine, offer, options=options, check=machine, rates=rates,
+                                                formulas=False),
+                                        partial(to_usd, currency=offer.currency, rates=rates),
+                                        layout.runtime_low_s, layout.runtime_high_s))
     units = unit_costs(job, total)
     # The deadline is on when the job ends: the dataset's pull comes before the first step.
     pull_s = machine.transfer.seconds if machine.transfer is not None else 0.0
     reason = exclusion(layout.runtime_s, total, layout.slo_miss, deadline_s, budget_usd, currency, pull_s=pull_s)
     return PickRow(**base | timing | {"total_usd": total, "total_p95_usd": p95, "unit_costs_usd": units,
-                                      "excluded": reason})
+                                      "excluded": reason, "total_low_usd": low, "total_high_usd": high})
+
+
+def _layout_fields(job: Job, placement: Placement) -> dict[str, object]:
+    """The layout a row states in words: GPUs per replica, replicas, and how a replica splits the model.
+
+    Training data-parallel holds one copy of the model per tensor-parallel group (plain DDP: one per
+    GPU); sharded (ZeRO-3, FSDP), the whole group holds one copy. Serving: one copy per TP group."""
+    laid = placement.job
+    if isinstance(laid, FinetuneJob):
+        if laid.sharding in ("zero3", "fsdp"):
+            return {"gpus_per_replica": placement.group, "replicas": 1, "parallel": laid.sharding}
+        tp = laid.tensor_parallel
+        return {"gpus_per_replica": tp, "replicas": placement.group // tp, "parallel": "data"}
+    parallel = "tensor" if isinstance(job, InferenceJob) else ""
+    return {"gpus_per_replica": placement.group, "replicas": placement.replicas, "parallel": parallel}
 
 
 def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = False) -> Layout:
@@ -398,7 +421,7 @@ def slo_met(job: Job, speed: SpeedEstimate) -> bool | None:
     return not slo_misses(job, speed) if checked else None
 
 
-def mark_pareto(rows: list[PickRow]) -> list[PickRow]:
+def mark_pareto(rows: list[PickRow], separable: Sequence[bool | None] | None = None) -> list[PickRow]:
     """Mark rows no other row beats on both runtime and total cost (the time–cost frontier).
 
     A row is dominated when another is no slower and no dearer, and better on one of the two. One
@@ -415,4 +438,5 @@ def mark_pareto(rows: list[PickRow]) -> list[PickRow]:
         fastest_here = min(key(rows[i])[1] for i in members)
         frontier |= {i for i in members if key(rows[i])[1] < fastest_cheaper and key(rows[i])[1] <= fastest_here}
         fastest_cheaper = min(fastest_cheaper, fastest_here)
-    return [r.model_copy(update={"pareto": i in frontier}) for i, r in enumerate(rows)]
+    flags = separable if separable is not None else [r.separable for r in rows]  # one copy a row sets both
+    return [r.model_copy(update={"pareto": i in frontier, "separable": flags[i]}) for i, r in enumerate(rows)]

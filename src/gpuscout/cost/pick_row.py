@@ -62,6 +62,16 @@ class PickRow(OfferFacts):
     # their Spot Advisor band, or the default prior), and whether nothing at all was known (docs/cost.md §2.11).
     interruption_prior: InterruptionPrior | None = None
     interruption_risk_unknown: bool = False
+    # The total's band (docs/cost.md §6.1): priced at the runtime band's ends, the high end at the spot
+    # P95; the expected `total_usd` orders the rows. None where the row has no total.
+    total_low_usd: float | None = None
+    total_high_usd: float | None = None
+    separable: bool | None = None  # False: its band overlaps the winner's (None: the winner, or unranked)
+    # The GPU layout: GPUs per replica (the data-parallel or tensor-parallel group) and replicas.
+    gpus_per_replica: int | None = None
+    replicas: int | None = None
+    parallel: str = ""  # "data" (training, a copy per replica), "zero3"/"fsdp" (one sharded copy), "tensor"
+    # (serving, a copy per tensor-parallel group), "" (images and video: one pipeline a GPU)
 
 
 def row_base(offer: Offer, today: date) -> dict[str, object]:

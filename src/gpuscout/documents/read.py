@@ -88,8 +88,10 @@ def to_document(data: Any, label: str) -> Document:
 def _pick(data: dict[str, Any], label: str) -> PickDoc:
     pick = data["pick"] if isinstance(data["pick"], dict) else {}
     rows = _each(pick.get("rows"), lambda r: _without(r, "in_currency"))
+    trial = {"trial": _without(pick["trial"], "in_currency")} if isinstance(pick.get("trial"), dict) else {}
     notes = [str(n) for n in _items(data.get("offers_notes"))]
-    return PickDoc(label=label, pick=_valid(PickResult, {**pick, "rows": rows}, label, "pick"), notes=tuple(notes))
+    return PickDoc(label=label, pick=_valid(PickResult, {**pick, "rows": rows, **trial}, label, "pick"),
+                   notes=tuple(notes))
 
 
 def _compare(data: dict[str, Any], label: str) -> CompareDoc:

@@ -131,6 +131,22 @@ def money(amount: float | None, currency: str = "USD") -> str:
     return f"{'-' if amount < 0 else ''}{prefix}{text}"
 
 
+def money_band(low: float, high: float | None, currency: str = "USD") -> str:
+    """A band of amounts with the sign once and about three significant digits (a band is an
+    estimate, its cents are noise): '$3.43–7.28', 'CN¥24.5–52.0'; an open high end reads '$3.43–?'."""
+    prefix = currency_sign(currency)
+    if high is not None and sig(low) == sig(high):  # a bill the minimum fixes has no spread to show
+        return f"{prefix}{sig(low)}"
+    return f"{prefix}{sig(low)}–{'?' if high is None else sig(high)}"
+
+
+def age(days: float) -> str:
+    """How old an observation is, as a person says it: '0 d', '3 d', '364 d', '2.3 y'."""
+    if not math.isfinite(days):
+        return "n/a"
+    return f"{max(days, 0):.0f} d" if days < 365 else f"{days / 365.25:.1f} y"
+
+
 def money_in(amount_usd: float | None, currency: str = "USD", usd_per_unit: float = 1.0) -> str:
     """A USD amount shown in `currency`, one unit of which is worth `usd_per_unit` USD."""
     return money(None if amount_usd is None else amount_usd / usd_per_unit, currency)

@@ -42,8 +42,20 @@ def pick_payload(job: Job, result: PickResult, notes: Sequence[str]) -> dict[str
     pick = result.model_dump(mode="json")
     for row, dumped in zip(result.rows, pick["rows"], strict=True):
         dumped["in_currency"] = _in_currency(row.total_usd, row.total_p95_usd, row.unit_costs_usd, result.currency)
+        dumped["in_currency"] |= {"total_low": _conv(row.total_low_usd, result.currency),
+                                  "total_high": _conv(row.total_high_usd, result.currency)}
+    if result.trial is not None:  # the trial advice's amounts in the display currency too
+        trial = result.trial
+        pick["trial"]["in_currency"] = {"currency": result.currency.code,
+                                        "stake": _conv(trial.stake_usd, result.currency),
+                                        "trial": from_usd(trial.trial_usd, result.currency),
+                                        "trials": [from_usd(t.total_usd, result.currency) for t in trial.trials]}
     return {"job": job.model_dump(), "pick": pick, "offers_notes": list(notes),
             "unvouched": unvouched_payload(result.rows)}  # placeholders, unknown interruption risk
+
+
+def _conv(usd: float | None, shown: DisplayCurrency) -> float | None:
+    return None if usd is None else from_usd(usd, shown)
 
 
 def _in_currency(total_usd: float | None, p95_usd: float | None, units_usd: dict[str, float],

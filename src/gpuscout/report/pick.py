@@ -15,22 +15,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rich import box
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from gpuscout.cost.billing import JobCost
+from gpuscout.cost.billing import JobCost, bill_in
 from gpuscout.cost.calculator import BilledCost, PlainCost
+from gpuscout.cost.cost_band import same_runtime
 from gpuscout.cost.pick import PLACEHOLDER_NOT_RANKED, PickResult
 from gpuscout.cost.pick_row import PickRow
 from gpuscout.estimator.calibration import Calibration
 from gpuscout.estimator.fit import Suggestion
 from gpuscout.hardware.currency import USD, DisplayCurrency, ExchangeRate
+from gpuscout.report.bill_block import band_lines, bill_blocks, bill_parts, find_row, shown_band
 from gpuscout.report.calibration import calibration_block
 from gpuscout.report.footnotes import Footnotes
+from gpuscout.report.gpu_layout import layout_words
 from gpuscout.report.layout import label_column, number_column, plain, prose_column, some_ids
 from gpuscout.report.machine import machine_lines
-from gpuscout.report.numbers import duration, duration_band, gib, money, money_in, seconds, sig
+from gpuscout.report.numbers import age, duration, duration_band, gib, money, money_in, seconds, sig
+from gpuscout.report.trial import trial_lines
 from gpuscout.report.unvouched import unvouched_lines
 
 CAPTION = "★ = on the time–cost Pareto frontier; P95 from a seeded spot simulation"
@@ -74,6 +79,8 @@ def _frontier_beyond(rows: Sequence[PickRow]) -> list[PickRow]:
 
 def pick_table(result: PickResult, *, wide: bool = False, top: int = TOP) -> RenderableType:
     """Offers ranked by total job cost; the excluded ones, rates used and price warnings below."""
+    if not wide:
+        return default_pick(result, top=top)
     rows, hidden = shown_rows(result, wide=wide, top=top)
     with_slo = wide or any(r.slo_met is not None for r in result.rows)
     table = Table()
@@ -101,6 +108,82 @@ def pick_table(result: PickResult, *, wide: bool = False, top: int = TOP) -> Ren
         parts.append(Text(rates_text(result.exchange_rates)))
     parts += [Text(f"warning: {w}", style="yellow") for w in result.warnings]
     return Group(*parts)
+
+
+def default_pick(result: PickResult, *, top: int = TOP) -> RenderableType:
+    """The default view, made for 80 columns: each offer over its provider and GPUs (and its layout in
+    words, its plan), the expected runtime and total over their bands, the price's age, the marks; the
+    legend, the trial advice and the bills of the leaders under it."""
+    rows, hidden = shown_rows(result, wide=False, top=top)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    prose_column(table, "offer")  # gives way first: its lines are cut with '…' rather than wrapped
+    number_column(table, "runtime")
+    number_column(table, "total")
+    label_column(table, "  age")  # and the marks, in one column: two characters saved for the offer id
+    for row in rows:
+        table.add_row(*_default_cells(row, result))
+    title = f"{result.job_name}: offers ranked by total job cost ({result.currency.code})" + (
+        ", as written" if result.as_written else "")
+    parts: list[RenderableType] = [Text(title, style="bold"), table, *_legend(rows)]
+    if hidden:
+        parts.append(Text(f"… {hidden:,} more ranked offers not shown (--top 0 shows all; --json has every row)",
+                          style="dim"))
+    if any(r.plan for r in rows):
+        parts.append(Text(PLAN_CAPTION, style="dim"))
+    parts += trial_lines(result.trial, result.currency)
+    parts += bill_blocks(result)
+    parts += excluded_lines(result.rows)
+    parts += [Text(line, style="yellow") for line in unvouched_lines(result.rows)]  # placeholders, unknown risk
+    parts += machine_lines(result.rows, result.currency)  # the dataset's pull, extra disk, unstated host facts
+    if result.exchange_rates:
+        parts.append(Text(rates_text(result.exchange_rates)))
+    parts += [Text(f"warning: {w}", style="yellow") for w in result.warnings]
+    return Group(*parts)
+
+
+def _legend(rows: Sequence[PickRow]) -> list[Text]:
+    spot = any(r.total_p95_usd is not None and r.total_usd is not None and r.total_p95_usd > r.total_usd
+               for r in rows)
+    lines = ["runtime, total: expected (the order), band below" + (" (high end: spot P95)" if spot else "")
+             + "; age: of the price"]
+    marks = [*(["★ time–cost Pareto frontier"] if any(r.pareto for r in rows) else []),
+             *(["≈ band overlaps the leader's: not separable before measuring"]
+               if any(r.separable is False for r in rows) else []),
+             *(["age over 30 d: a stale price"] if any(r.stale for r in rows) else [])]
+    if marks:
+        lines.append("; ".join(marks))
+    if any(r.slo_met for r in rows):  # an offer that misses it is excluded, so a ranked one meets it
+        lines.append("every ranked offer meets the latency SLO at its band's slow end")
+    if rows and any(r.separable and same_runtime(rows[0], r) for r in rows[1:]):
+        lines.append("rows on the leader's GPUs and plan share its runtime: told apart by price")
+    return [Text(line, style="dim") for line in lines]
+
+
+def _default_cells(row: PickRow, result: PickResult) -> list[str | Text]:
+    shown = result.currency
+    offer = Text(f"{row.offer_id}\n", no_wrap=True, overflow="ellipsis", style="bold")
+    offer.append(f"{row.provider} {row.tier}, {row.gpu_count} × {row.gpu_sku}", style="not bold dim")
+    offer.append(vouch_marks(row), style="not bold yellow")
+    words = layout_words(row)
+    if words:
+        offer.append(f"\n{words}", style="dim")
+    if row.plan:
+        offer.append(f"\nplan: {plan_words(row.plan)}", style="yellow")
+    runtime = Text(duration(row.runtime_s) if row.runtime_s is not None else "-")
+    if row.runtime_low_s is not None and row.runtime_high_s is not None and row.runtime_high_s > row.runtime_low_s:
+        runtime.append(f"\n{duration_band(row.runtime_low_s, row.runtime_high_s)}", style="dim")
+    total = Text(shown_money(row.total_usd, shown))
+    if row.total_usd is not None:
+        total.append(f"\n{shown_band(row, shown)}", style="dim")
+    marks = ("★" if row.pareto else "") + ("≈" if row.separable is False else "")
+    aged = Text(f"{_age(row, result):>5}", style="yellow" if row.stale else "")
+    aged.append(f" {marks}" if marks else "")
+    return [offer, runtime, total, aged]
+
+
+def _age(row: PickRow, result: PickResult) -> str:
+    """How old the row's price is on the day of the ranking."""
+    return age((result.today - row.observed_at).days) if result.today is not None else str(row.observed_at)
 
 
 def _add_columns(table: Table, *, wide: bool, with_slo: bool) -> None:
@@ -297,3 +380,35 @@ def _billed_formula(b: BilledCost, shown: DisplayCurrency | None = None) -> str:
     return (f"as billed: {sig(b.billed_hours)} h billed (startup {seconds(b.startup_s)}, idle tail "
             f"{seconds(b.idle_tail_s)}, minimum {seconds(b.min_billed_s)}, increment {seconds(b.increment_s)}): "
             f"{shown_money(b.difference_usd, shown)} more")
+
+
+def explain_screen(result: PickResult, offer_id: str) -> RenderableType:
+    """One row in full: layout, runtime band, total band and how it was built, its place against the
+    leader, and every bill line with its formula."""
+    row = find_row(result, offer_id)
+    shown = result.currency
+    parts: list[RenderableType] = [Text(f"{row.offer_id}: {row.provider} {row.tier}, {row.gpu_count} × "
+                                        f"{row.gpu_sku}", style="bold")]
+    words = layout_words(row)
+    if words:
+        parts.append(Text(words))
+    if row.excluded is not None:
+        parts.append(Text(f"excluded: {row.excluded}", style="red"))
+        if row.options:
+            parts.append(Text(options_text(row.options), style="dim"))
+    if row.plan:
+        parts.append(Text(f"plan: {plan_words(row.plan)}", style="yellow"))
+    if row.runtime_s is not None:
+        band = (f" (band {duration_band(row.runtime_low_s, row.runtime_high_s)})"
+                if row.runtime_low_s is not None and row.runtime_high_s is not None else "")
+        parts.append(Text(f"runtime {duration(row.runtime_s)}{band}"))
+    if row.total_usd is not None:
+        parts += band_lines(row, result)
+    if row.cost is not None:
+        bill = bill_in(row.cost, shown, result.exchange_rates)
+        parts.append(bill_table(bill, f"{row.offer_id}: the bill at the expected runtime", result.exchange_rates))
+        split = " · ".join(f"{n} {money(a, shown.code)}" for n, a in bill_parts(row.cost, shown, result.exchange_rates)
+                           if n in ("billed start-up", "idle tail"))
+        parts.append(Text(f"of the compute line: {split} (start-up {seconds(row.cost.startup_s)}, idle tail "
+                          f"{seconds(row.cost.idle_tail_s)}, first start)", style="dim"))
+    return Group(*parts)

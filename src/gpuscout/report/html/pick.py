@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from datetime import date
 from typing import TYPE_CHECKING
 
 from gpuscout.cost.pick_row import PickRow
+from gpuscout.cost.trial_price import TrialAdvice
 from gpuscout.documents.kinds import PickDoc
 from gpuscout.hardware.currency import DisplayCurrency, from_usd
+from gpuscout.report.bill_block import BLOCKS, bill_block, shown_band
+from gpuscout.report.gpu_layout import layout_words
 from gpuscout.report.html.parts import Html, bullets, details, figure, para, shorten, table, tag
 from gpuscout.report.html.svg import Canvas, color, log_scale
-from gpuscout.report.numbers import duration, duration_band
+from gpuscout.report.numbers import age, duration, duration_band
 from gpuscout.report.pick import TOP, plan_words, rates_text, shown_money, shown_rows, unit_costs
+from gpuscout.report.trial import trial_lines
 from gpuscout.report.unvouched import unvouched_lines
 from gpuscout.units import HOUR_S
 
@@ -107,16 +112,31 @@ def ranked_table(doc: PickDoc) -> Html:
     rows, hidden = shown_rows(pick, wide=False, top=TOP)
     cells = [[str(i + 1), Html(tag("strong", r.offer_id) if r.pareto else tag("span", r.offer_id)),
               f"{r.provider}, {r.tier}", _gpus(r), _runtime(r), shown_money(r.total_usd, pick.currency),
+              shown_band(r, pick.currency) if r.total_usd is not None else "",
+              "≈ overlaps the leader" if r.separable is False else "",
               shown_money(r.total_p95_usd, pick.currency), shorten(unit_costs(r.unit_costs_usd, pick.currency), 60),
               "" if r.slo_met is None else ("yes" if r.slo_met else "no"), plan_words(r.plan) if r.plan else "",
-              f"{r.observed_at}{' (stale)' if r.stale else ''}"] for i, r in enumerate(rows)]
-    caption = f"Ranked offers ({pick.currency.code}; bold: on the Pareto frontier)"
-    out = [table(["#", "offer", "provider", "GPUs", "job time", "total", "P95", "per unit", "SLO", "plan",
-                  "observed"], cells, caption=caption, numeric=(0, 4, 5, 6))]
+              f"{r.observed_at} ({_age(r, pick.today)}{', stale' if r.stale else ''})"] for i, r in enumerate(rows)]
+    caption = (f"Ranked offers ({pick.currency.code}; bold: on the Pareto frontier; the band runs from the bill at "
+               "the fast end of the runtime band to the P95 bill at its slow end; ≈: not separable from the leader "
+               "before measuring)")
+    out = [table(["#", "offer", "provider", "GPUs", "job time", "total", "band", "vs leader", "P95", "per unit",
+                  "SLO", "plan", "observed (age)"], cells, caption=caption, numeric=(0, 4, 5, 6, 8))]
+    out += _trial(pick.trial, pick.currency)
+    for row in [r for r in pick.rows if r.excluded is None and r.cost is not None][:BLOCKS]:
+        out.append(para(" ".join(line.plain.strip() for line in bill_block(row, pick.currency, pick.exchange_rates))))
     if hidden:
         out.append(para(f"… {hidden:,} more ranked offers not shown (`gpuscout pick --json` has every row).",
                         class_="note"))
     return Html("".join(out))
+
+
+def _trial(advice: TrialAdvice | None, shown: DisplayCurrency) -> list[Html]:
+    """The trial advice: its verdict as prose, its commands in one block to copy."""
+    lines = trial_lines(advice, shown)
+    prose = " ".join(t.plain for t in lines if not t.plain.startswith("  "))
+    commands = "\n".join(t.plain.strip() for t in lines if t.plain.startswith("  "))
+    return [para(prose), *([tag("pre", commands)] if commands else [])] if lines else []
 
 
 def excluded_tables(rows: Sequence[PickRow]) -> list[Html]:
@@ -139,8 +159,12 @@ def _ids(group: Sequence[PickRow]) -> Html:
 
 
 def _gpus(row: PickRow) -> str:
-    used = f"{row.gpus_needed}/" if row.gpus_needed is not None and row.excluded is None else ""
-    return f"{used}{row.gpu_count}× {row.gpu_sku}"
+    words = layout_words(row)
+    return f"{row.gpu_count} × {row.gpu_sku}" + (f" ({words.split(': ', 1)[1]})" if words else "")
+
+
+def _age(row: PickRow, today: date | None) -> str:
+    return age((today - row.observed_at).days) if today is not None else "age unknown"
 
 
 def _runtime(row: PickRow) -> str:
