@@ -163,7 +163,8 @@ def _default_cells(row: PickRow, result: PickResult) -> list[str | Text]:
     shown = result.currency
     offer = Text(f"{row.offer_id}\n", no_wrap=True, overflow="ellipsis", style="bold")
     offer.append(f"{row.provider} {row.tier}, {row.gpu_count} × {row.gpu_sku}", style="not bold dim")
-    offer.append(vouch_marks(row), style="not bold yellow")
+    if vouch_marks(row):  # its own line: at 80 columns the provider line has no room left for it
+        offer.append(f"\n{vouch_marks(row).removeprefix(', ')}", style="not bold yellow")
     words = layout_words(row)
     if words:
         offer.append(f"\n{words}", style="dim")
