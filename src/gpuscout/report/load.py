@@ -19,7 +19,19 @@ from gpuscout.report.escape import screen_console
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.load_detail import detail_tables
 from gpuscout.report.numbers import common_unit, in_unit, money, percent, sig
-from gpuscout.results.schema import E2E_S, TPOT_S, TTFT_FROM_INTENDED_S, TTFT_S, BenchResult, Case, Metric
+from gpuscout.results.schema import (
+    E2E_S,
+    INVALID_PREFIX,
+    NOT_MEASURED_PREFIX,
+    TPOT_S,
+    TTFT_FROM_INTENDED_S,
+    TTFT_S,
+    VALID_NOTE,
+    BenchResult,
+    Case,
+    Metric,
+    level_verdict,
+)
 
 
 @contextmanager
@@ -37,10 +49,10 @@ def load_progress(shape: LoadShape) -> Iterator[Progress]:
 
 
 def load_warnings(result: BenchResult, console: Console) -> None:
-    """Invalid levels and levels where every request failed, as warnings (on stderr)."""
+    """Invalid levels, checks that could not run and levels where every request failed, as warnings (on stderr)."""
     for case in result.cases:
         for note in case.notes:
-            if note.startswith("invalid:") or note.startswith("every request failed"):
+            if note.startswith((INVALID_PREFIX, NOT_MEASURED_PREFIX, "every request failed")):
                 console.print(Text.assemble(("warning:", "yellow"), f" {case.name}: {note}"), highlight=False)
 
 
@@ -77,12 +89,14 @@ def load_screen(result: BenchResult, *, output: Path | None, costs: Sequence[Loa
     label_column(table, "valid")
     for case in result.cases:
         table.add_row(*_row(case, latencies, factor, wide=wide, images=images))
-    parts: list[RenderableType] = [table, Text("\n".join(IMAGE_FORMULAS if images else FORMULAS), style="dim"),
+    parts: list[RenderableType] = [table, *_unmeasured_line(result.cases),
+                                   Text("\n".join(IMAGE_FORMULAS if images else FORMULAS), style="dim"),
                                    *detail_tables(result)]
     for case in result.cases:
         for note in case.notes:
-            if note != "valid":
-                parts.append(Text(f"{case.name}: {note}", style="yellow" if "invalid" in note else ""))
+            if note != VALID_NOTE:
+                warn = note.startswith((INVALID_PREFIX, NOT_MEASURED_PREFIX)) or "invalid" in note
+                parts.append(Text(f"{case.name}: {note}", style="yellow" if warn else ""))
     if search is not None:
         parts.append(Text(f"SLO search: {search.message}"))
     if costs:
@@ -92,6 +106,15 @@ def load_screen(result: BenchResult, *, output: Path | None, costs: Sequence[Loa
     if output is not None:
         parts.append(Text(f"Result written to {output} (workload: {workload_path(output)})"))
     return Group(*parts)
+
+
+def _unmeasured_line(cases: Sequence[Case]) -> list[Text]:
+    """The levels whose validity was not measured, named under the table (as doctor lists what it did not check)."""
+    names = [c.name for c in cases if level_verdict(c) == "not measured"]
+    if not names:
+        return []
+    return [Text(f"valid n/m = not measured ({len(names)}): {', '.join(names)}. A check of the validity gate could "
+                 "not run, so these levels are neither valid nor invalid (their notes say which).", style="yellow")]
 
 
 def _latency_values(result: BenchResult, latencies: Sequence[tuple[str, str, str]]) -> list[float]:
@@ -113,13 +136,18 @@ def _row(case: Case, latencies: Sequence[tuple[str, str, str]], factor: float, *
     first = E2E_S if images else TTFT_S
     summary = m[first].summary if first in m else None
     ok = summary.n if summary is not None else 0
-    valid = Text("yes") if "valid" in case.notes else Text("no", style="red")
+    valid = VERDICT_CELLS[level_verdict(case)]
     cells: list[str | Text] = [case.name, f"{ok}/{sent}", _value(m.get("requests_per_s")),
                                _value(m.get("images_per_s" if images else "output_tokens_per_s"))]
     cells += [_latency(m.get(name), field, factor) for name, field, _ in latencies]
     if wide:
         cells.append(percent(m["error_rate"].value, 1) if "error_rate" in m else "—")
     return [*cells, valid]
+
+
+# The valid column (5 wide at 80 columns): a level whose gate could not run a check is neither yes nor no but
+# "n/m", spelled out under the table (`_unmeasured_line`) and in its note, which says which check.
+VERDICT_CELLS = {"valid": Text("yes"), "invalid": Text("no", style="red"), "not measured": Text("n/m", style="yellow")}
 
 
 def _cost_table(result: BenchResult, costs: Sequence[LoadCost]) -> Table:
