@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
@@ -14,11 +16,11 @@ from gpuscout.cost.load_cost import LoadCost
 from gpuscout.loadgen.context import Progress
 from gpuscout.loadgen.schedule import LoadShape
 from gpuscout.loadgen.search import SearchResult
-from gpuscout.loadgen.session import workload_path
+from gpuscout.loadgen.session import ReplaySpan, workload_path
 from gpuscout.report.escape import screen_console
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.load_detail import detail_tables
-from gpuscout.report.numbers import common_unit, in_unit, money, percent, sig
+from gpuscout.report.numbers import common_unit, duration, in_unit, money, percent, sig
 from gpuscout.results.schema import (
     E2E_S,
     INVALID_PREFIX,
@@ -35,17 +37,44 @@ from gpuscout.results.schema import (
 
 
 @contextmanager
-def load_progress(shape: LoadShape) -> Iterator[Progress]:
-    """A rich progress bar on stderr while one level runs."""
+def load_progress(shape: LoadShape, console: Console | None = None) -> Iterator[Progress]:
+    """A rich progress bar on stderr while one level runs; while the client waits long for its next scheduled
+    send (a trace's gap), the bar says so and until when."""
     from rich.progress import Progress as Bar
 
-    with Bar(console=screen_console(stderr=True), transient=True) as bar:
-        task = bar.add_task(f"load {shape.kind}", total=shape.requests)
+    title = f"load {shape.kind}"
+    with Bar(console=console or screen_console(stderr=True), transient=True) as bar:
+        task = bar.add_task(title, total=shape.requests)
 
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total or None)
+        def update(done: int, total: int, waiting_until: float | None = None) -> None:
+            said = title if waiting_until is None else f"{title}: {waiting_line(waiting_until)}"
+            bar.update(task, completed=done, total=total or None, description=said)
+            if waiting_until is not None:
+                bar.refresh()  # now, not at the next tick: the wait may begin as the level does
 
         yield update
+
+
+def waiting_line(until: float, now: float | None = None) -> str:
+    """'waiting until 14:05:03 (2.0 h) for the next scheduled request': the clock time in local time, with
+    its date when the wait ends on another day."""
+    now = time.time() if now is None else now
+    end = datetime.fromtimestamp(until).astimezone()
+    same_day = end.date() == datetime.fromtimestamp(now).astimezone().date()
+    clock = end.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S")
+    return f"waiting until {clock} ({duration(max(0.0, until - now))}) for the next scheduled request"
+
+
+def replay_notice(span: ReplaySpan) -> Text:
+    """The one line said before a long trace replay: how long it takes, and how to shorten it."""
+    total = ""
+    if span.total_s > span.replay_s * (1 + 1e-9):
+        total = (f", {'at most ' if span.search else ''}{duration(span.total_s)} for every level and run"
+                 + (" of the search" if span.search else ""))
+    return Text.assemble(("note:", "yellow"), f" the trace replay takes {duration(span.replay_s)} of wall time "
+                         f"({span.requests:,} requests over {duration(span.trace_s)} of the trace, replayed "
+                         f"×{span.speedup:g}){total}; to shorten it, pass a higher --speedup, or --requests N to "
+                         "replay only the trace's first N requests")
 
 
 def load_warnings(result: BenchResult, console: Console) -> None:
