@@ -90,7 +90,7 @@ def test_the_notice_gives_the_span_and_how_to_shorten_it() -> None:
 def test_the_waiting_line_names_the_clock_time_and_its_date_when_another_day() -> None:
     now = datetime(2026, 12, 3, 9, 0, 0).astimezone().timestamp()
     assert waiting_line(now + 3600, now) == (f"waiting until {datetime.fromtimestamp(now + 3600):%H:%M:%S} (60 min) "
-                                              "for the next scheduled request")
+                                              "for the next send")
     assert f"{datetime.fromtimestamp(now + 3 * 86400):%Y-%m-%d %H:%M:%S}" in waiting_line(now + 3 * 86400, now)
 
 

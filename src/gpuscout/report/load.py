@@ -56,13 +56,13 @@ def load_progress(shape: LoadShape, console: Console | None = None) -> Iterator[
 
 
 def waiting_line(until: float, now: float | None = None) -> str:
-    """'waiting until 14:05:03 (2.0 h) for the next scheduled request': the clock time in local time, with
+    """'waiting until 14:05:03 (2.0 h) for the next send': the clock time in local time, with
     its date when the wait ends on another day."""
     now = time.time() if now is None else now
     end = datetime.fromtimestamp(until).astimezone()
     same_day = end.date() == datetime.fromtimestamp(now).astimezone().date()
     clock = end.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S")
-    return f"waiting until {clock} ({duration(max(0.0, until - now))}) for the next scheduled request"
+    return f"waiting until {clock} ({duration(max(0.0, until - now))}) for the next send"
 
 
 def replay_notice(span: ReplaySpan) -> Text:
