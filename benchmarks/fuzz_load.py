@@ -25,7 +25,7 @@ Outcomes, one per run:
                non-finite or unstorable number, a non-positive throughput marked valid, a secret in the
                result or the error, a /metrics reading no server can have (negative, a fraction past 1,
                a gauge past 1e9 requests) or its escape sequences kept for the screen
-  false_alarm  an honest scenario not marked valid (reported, not a failure of robustness)
+  false_alarm  an honest scenario not marked valid, or not measured (reported, not a failure of robustness)
 
 Each worker is a subprocess with its address space capped (`--memory-gib`) and its own server process.
 """
@@ -146,7 +146,7 @@ def _judge_result(sc: Scenario, result: Any, folder: Path) -> dict[str, Any]:
     if problems:
         return {"outcome": "nonsense", "detail": "; ".join(problems)[:300]}
     if sc.honest and valid_cases < len(result.cases):
-        reasons = [n for c in result.cases for n in c.notes if n.startswith("invalid")]
+        reasons = [n for c in result.cases for n in c.notes if n.startswith(("invalid", "not measured"))]
         return {"outcome": "false_alarm", "detail": "; ".join(reasons)[:300]}
     return {"outcome": "result", "detail": ",".join(sorted(kinds))}
 

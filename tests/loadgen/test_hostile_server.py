@@ -44,6 +44,9 @@ PASSWORD = "hunter2-hostile-pw"
 QUERY_KEY = "qk-hostile-27182818"
 
 FakeFactory = Callable[..., AbstractContextManager[Any]]
+# A first token this late makes a level of 24 requests, 4 at a time, last 6 × 5 ms: several ticks of the
+# client's 10 ms loop-lag timer, so its saturation check runs (a shorter level is "not measured", not valid).
+LAST_TICKS_S = 0.005
 
 
 def workload(texts: list[str], output_tokens: int = TOKENS) -> Workload:
@@ -239,7 +242,7 @@ def test_impossible_counts_make_the_run_invalid(fake_server: FakeFactory, config
 
 
 def test_a_count_that_is_not_a_number_is_ignored_and_noted(fake_server: FakeFactory) -> None:
-    with fake_server(usage_completion="16") as srv:
+    with fake_server(usage_completion="16", ttft_s=LAST_TICKS_S) as srv:
         run = run_load_sync(srv.url, "m", workload([f"p{i}" for i in range(24)], output_tokens=16),
                             LoadShape(kind="concurrency", concurrency=4, requests=24))
     case = summarize_load(run, slo=None)
@@ -249,7 +252,7 @@ def test_a_count_that_is_not_a_number_is_ignored_and_noted(fake_server: FakeFact
 
 def test_honest_counts_stay_valid(fake_server: FakeFactory) -> None:
     for config in ({}, {"tokens_per_chunk": 3}, {"reject_extras": True}):
-        with fake_server(**config) as srv:  # the warm-up takes the 400s of a server refusing the extras
+        with fake_server(ttft_s=LAST_TICKS_S, **config) as srv:  # the warm-up takes a refusing server's 400s
             run = run_load_sync(srv.url, "m", workload([f"p{i}" for i in range(24)], output_tokens=16),
                                 LoadShape(kind="concurrency", concurrency=4, requests=24, warmup_requests=4))
         assert_valid(summarize_load(run, slo=None), config)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +15,7 @@ if TYPE_CHECKING:
     from gpuscout.loadgen.plan import LoadPlan
     from gpuscout.loadgen.probe import ProbeResult
     from gpuscout.loadgen.search import SearchResult
-    from gpuscout.loadgen.session import LoadOutcome, ProgressFactory
+    from gpuscout.loadgen.session import LoadOutcome, ProgressFactory, ReplaySpan
     from gpuscout.results.schema import BenchResult
 
 
@@ -33,13 +34,14 @@ class LoadReport:
 
 def load(plan: LoadPlan, *, output: str | Path | None = None, offers: str | Path | None = None,
          offer: str | None = None, usd_per_hour: float | None = None,
-         progress: ProgressFactory | None = None) -> LoadReport:
+         progress: ProgressFactory | None = None, on_replay: Callable[[ReplaySpan], None] | None = None) -> LoadReport:
     """Load-test an OpenAI-compatible endpoint as the plan says; price it when a price is given.
 
     With `output` the result is written atomically after every level and at the end (the workload
     beside it, with the first write), so Ctrl-C, SIGTERM or SIGHUP keep what finished (`complete`
     is false; the level in flight keeps its finished requests) and even SIGKILL loses at most the
-    level in flight. A run stopped before any request finished writes nothing.
+    level in flight. A run stopped before any request finished writes nothing. `on_replay` is told, before
+    the first request, how long a trace replay will take when one replay is longer than 10 s (`schedule.LONG_WAIT_S`).
     """
     from gpuscout.cost.load_cost import price_load_cases, price_load_cases_on_offer
     from gpuscout.hardware.price_sheet import find_offer, load_price_sheet
@@ -64,7 +66,7 @@ def load(plan: LoadPlan, *, output: str | Path | None = None, offers: str | Path
     if the_offer is not None and plan.server_gpu is None:  # the offer says which GPU served: pick reads it
         plan = plan.model_copy(update={"server_gpu": the_offer.gpu, "server_gpus": the_offer.gpu_count})
     def measured() -> LoadOutcome:
-        done = run_plan(plan, output=path, progress=progress, checkpoint=keep)
+        done = run_plan(plan, output=path, progress=progress, checkpoint=keep, on_replay=on_replay)
         keep(done.result)
         return done
 

@@ -92,7 +92,7 @@ def load(
     """
     from gpuscout import api
     from gpuscout.loadgen.plan import make_plan, parse_levels
-    from gpuscout.report.load import load_progress, load_screen, load_warnings
+    from gpuscout.report.load import load_progress, load_screen, load_warnings, replay_notice
     from gpuscout.report.payload import load_payload
     from gpuscout.units import parse_duration_s
     from gpuscout.workload.job import Slo
@@ -111,9 +111,10 @@ def load(
                      turns=turns, think_s=think, trace=trace, speedup=speedup, sharegpt=sharegpt,
                      multi_turn=multi_turn, metrics_url=metrics_url, workers=workers, image_size=image_size,
                      server_gpu=server_gpu, server_gpus=server_gpus)
-    report = api.load(plan, output=output, offers=offers, offer=offer, usd_per_hour=usd_per_hour,
-                      progress=load_progress if sys.stderr.isatty() else None)
     err = screen_console(stderr=True)
+    report = api.load(plan, output=output, offers=offers, offer=offer, usd_per_hour=usd_per_hour,
+                      progress=load_progress if sys.stderr.isatty() else None,
+                      on_replay=lambda span: err.print(replay_notice(span), highlight=False))
     load_warnings(report.result, err)
     payload = load_payload(report.result, report.costs, report.search, slo)
     if report.result.cases:

@@ -31,7 +31,14 @@ from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate, to_usd
 from gpuscout.hardware.offers import Offer
-from gpuscout.results.schema import E2E_FROM_INTENDED_S, TPOT_S, TTFT_FROM_INTENDED_S, BenchResult, Case
+from gpuscout.results.schema import (
+    E2E_FROM_INTENDED_S,
+    TPOT_S,
+    TTFT_FROM_INTENDED_S,
+    BenchResult,
+    Case,
+    level_verdict,
+)
 from gpuscout.workload.job import InferenceJob, Slo
 
 # SLO target → (metric from the intended send, where one exists): a lagging client cannot hide queueing.
@@ -61,7 +68,7 @@ def capacity_from_result(result: BenchResult, job: InferenceJob) -> MeasuredCapa
     notes = _length_notes(result, job)
     passing = [(c, _rate(c, "requests_per_s")) for c in result.cases if _valid(c) and not slo_misses(c, job.slo)]
     if not passing:
-        why = "; ".join(f"{c.name}: {'; '.join(slo_misses(c, job.slo)) or 'invalid'}" for c in result.cases[:4])
+        why = "; ".join(f"{c.name}: {'; '.join(slo_misses(c, job.slo)) or _unusable(c)}" for c in result.cases[:4])
         return MeasuredCapacity(source=result.name, gpu=gpu, gpus=gpus, case=None, requests_per_s=0.0,
                                 output_tokens_per_s=0.0, miss=why or "no measured level", notes=notes)
     best, rps = max(passing, key=lambda pair: pair[1])
@@ -98,7 +105,13 @@ def find_capacity(capacities: Sequence[MeasuredCapacity], gpu: str, gpu_count: i
 
 
 def _valid(case: Case) -> bool:
-    return "valid" in case.notes and case.failure is None
+    """Valid by every check of the load gate: a level where one could not run is not used as capacity."""
+    return level_verdict(case) == "valid" and case.failure is None
+
+
+def _unusable(case: Case) -> str:
+    """Why a level that met the SLO is not a capacity: its gate failed, or could not run a check."""
+    return "validity not measured" if case.failure is None and level_verdict(case) == "not measured" else "invalid"
 
 
 def _rate(case: Case, name: str) -> float:

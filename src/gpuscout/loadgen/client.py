@@ -68,7 +68,7 @@ from gpuscout.loadgen.record import (
     token_counter,
 )
 from gpuscout.loadgen.request import Bodies
-from gpuscout.loadgen.schedule import LoadShape, planned_requests, send_offsets
+from gpuscout.loadgen.schedule import LONG_WAIT_S, LoadShape, arrivals_of, planned_requests, send_offsets
 from gpuscout.loadgen.wire import Pool, Target, http_url
 from gpuscout.redact import redact_url, url_secrets
 
@@ -301,8 +301,7 @@ async def _measured(ctx: RunContext, shape: LoadShape, workload: WorkloadLike, p
         assert shape.concurrency is not None
         await run_sessions(ctx, workload, shape, planned, deadline, _send, _finish, part)
         return
-    arrivals = [getattr(p, "arrival_s", None) or 0.0 for p in ctx.prompts] if shape.kind == "trace" else None
-    offsets = send_offsets(shape, planned, arrivals)
+    offsets = send_offsets(shape, planned, arrivals_of(shape, ctx.prompts))
     if offsets is None:
         assert shape.concurrency is not None
         indices: Iterator[int] = iter(range(planned))
@@ -342,7 +341,8 @@ async def _closed_loop(ctx: RunContext, todo: Iterator[Live], width: int, deadli
 
 async def _open_loop(ctx: RunContext, offsets: list[tuple[int, float]], t0: float, duration_s: float | None,
                      offset: int) -> None:
-    """Send request i at t0 + its offset, absolutely: a late send never moves the next one."""
+    """Send request i at t0 + its offset, absolutely: a late send never moves the next one. A wait longer
+    than `LONG_WAIT_S` is shown on the progress display, with the time it ends."""
     tasks = []
     n_prompts = len(ctx.prompts)
     try:
@@ -351,10 +351,15 @@ async def _open_loop(ctx: RunContext, offsets: list[tuple[int, float]], t0: floa
                 break
             deadline = t0 + off
             delay = deadline - time.perf_counter()
+            shown = ctx.progress if delay > LONG_WAIT_S else None
+            if shown is not None:  # said, never silent: idle until this send
+                shown(ctx.done, ctx.total, waiting_until=time.time() + delay)
             if delay > SPIN_S:
                 await asyncio.sleep(delay - SPIN_S + 0.0005)
                 if stopping(ctx):
                     break
+            if shown is not None:
+                shown(ctx.done, ctx.total)
             while time.perf_counter() < deadline:
                 await asyncio.sleep(0)
             live = Live(i, (offset + i) % n_prompts, False, deadline)

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from gpuscout.loadgen import monitor
 from gpuscout.loadgen.exchange import Live, Wire
 from gpuscout.loadgen.record import PromptLike
 from gpuscout.loadgen.request import Bodies
 
-Progress = Callable[[int, int], None]
+
+class Progress(Protocol):
+    """A level's progress display: `done` of `total` measured requests finished (total 0: not known). With
+    `waiting_until` (a wall-clock time, `time.time()`), the client is idle until that send, which is more
+    than `schedule.LONG_WAIT_S` away (a trace's or a slow rate's gap); the next call without it ends the wait."""
+
+    def __call__(self, done: int, total: int, waiting_until: float | None = None) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,19 @@ from collections import Counter
 from gpuscout.loadgen import detail
 from gpuscout.loadgen.client import CANCELLED_AT_DEADLINE, STOPPED_OVERSATURATED, LoadRun, RequestRecord
 from gpuscout.loadgen.counts import short_output
-from gpuscout.results.schema import E2E_FROM_INTENDED_S, E2E_S, TPOT_S, TTFT_FROM_INTENDED_S, TTFT_S, Case, Metric
+from gpuscout.loadgen.monitor import LAG_TICK_S
+from gpuscout.results.schema import (
+    E2E_FROM_INTENDED_S,
+    E2E_S,
+    INVALID_PREFIX,
+    NOT_MEASURED_PREFIX,
+    TPOT_S,
+    TTFT_FROM_INTENDED_S,
+    TTFT_S,
+    VALID_NOTE,
+    Case,
+    Metric,
+)
 from gpuscout.stats import percentile
 from gpuscout.workload.job import Slo
 
@@ -121,14 +133,17 @@ def summarize_load(run: LoadRun, *, slo: Slo | None, percentile_needed: float = 
                 wall_s=run.wall_s, notes=run.notes + _usage_notes(ok) + tuple(source_notes + bound_notes))
     valid, reasons = validity(run, case, max_lag_s=max_lag_s, max_error_rate=max_error_rate,
                               percentile=percentile_needed)
-    verdict = ("valid",) if valid else tuple(f"invalid: {r}" for r in reasons)
+    missing = not_measured(run, {m.name: m for m in kept})
+    verdict = (VALID_NOTE,) if valid and not missing else tuple(f"{INVALID_PREFIX}{r}" for r in reasons)
+    verdict += tuple(f"{NOT_MEASURED_PREFIX}{m}" for m in missing)
     held = held_up(run, {m.name: m for m in kept})
     return case.model_copy(update={"notes": case.notes + ((held,) if held else ()) + verdict})
 
 
 def validity(run: LoadRun, case: Case, *, max_lag_s: float = MAX_LAG_S, max_error_rate: float = MAX_ERROR_RATE,
              percentile: float = 95) -> tuple[bool, list[str]]:
-    """(valid, reasons): the client kept its schedule, errors stayed rare, enough samples for the percentile."""
+    """(valid, reasons): the client kept its schedule, errors stayed rare, enough samples for the percentile.
+    Only the checks that ran: one that could not is in `not_measured`, and the level is then not valid."""
     reasons: list[str] = []
     values = {m.name: m for m in case.metrics}
     lag = values.get("send_lag_s")
@@ -153,6 +168,21 @@ def validity(run: LoadRun, case: Case, *, max_lag_s: float = MAX_LAG_S, max_erro
         unit = "images/s" if run.endpoint == "images" else "tokens/s"
         reasons.append(f"output throughput {throughput:g} {unit} is not a positive number")
     return not reasons, reasons
+
+
+def not_measured(run: LoadRun, values: dict[str, Metric]) -> list[str]:
+    """The gate's checks that could not run, each with why and what to do; a level with any is not valid.
+
+    The client's saturation is judged from the lag of a `LAG_TICK_S` timer of its event loop (`saturation`):
+    a level that ended before the first tick fired (and whose loop was never late enough to leave a tick
+    overdue at its end) has no lag sample, so whether the client kept up is unknown, not passed."""
+    lag = values.get("client_loop_lag_s")
+    if lag is not None and lag.summary is not None:
+        return []
+    return [f"the client's saturation: the level lasted {run.wall_s * 1e3:.1f} ms and the lag monitor of its "
+            f"event loop (a {LAG_TICK_S * 1e3:g} ms timer) took no sample, so whether the client kept up is "
+            "unknown; the level is neither valid nor invalid (send more requests, --requests N, or give the "
+            "level a --duration)"]
 
 
 def client_cpu_fraction(run: LoadRun) -> float:
@@ -247,8 +277,8 @@ def _usage_notes(ok: list[RequestRecord]) -> tuple[str, ...]:
 
 def mark_interrupted(case: Case, why: str) -> Case:
     """A level cut short by an interrupt: its finished requests are kept, and it is not a valid measurement."""
-    notes = tuple(n for n in case.notes if n != "valid")
-    return case.model_copy(update={"notes": (*notes, f"invalid: {why} before the level ended")})
+    notes = tuple(n for n in case.notes if n != VALID_NOTE)
+    return case.model_copy(update={"notes": (*notes, f"{INVALID_PREFIX}{why} before the level ended")})
 
 
 def samples_needed(percentile: float) -> int:

@@ -10,6 +10,10 @@ Two more shapes come from the workload: `trace` replays a trace's own arrival ti
 `speedup`), and `sessions` runs `concurrency` users through multi-turn conversations, each turn sent
 `think_s` after the previous answer ended (a closed loop per user).
 
+Waits are said (`LONG_WAIT_S`): a replay longer than that is announced with its span before its first
+request (`replay_span_s`), and a gap longer than that between two sends shows on the progress line as a
+wait until the next send (`long_gap_end`).
+
 A level sends at most `MAX_REQUESTS_PER_LEVEL` measured requests with at most `MAX_CONCURRENCY` in
 flight (docs/measurement.md §2.1): every request's record is kept in memory until the level ends, and
 an open-loop schedule is built up front, so `--rate 1e9 --duration 1000s` is refused, not attempted.
@@ -17,8 +21,10 @@ an open-loop schedule is built up front, so `--rate 1e9 --duration 1000s` is ref
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
+from collections.abc import Sequence
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -29,6 +35,9 @@ ShapeKind = Literal["concurrency", "constant", "poisson", "gamma", "trace", "ses
 CLOSED = frozenset({"concurrency", "sessions"})
 MAX_REQUESTS_PER_LEVEL = 100_000  # records stay in memory (~16 KB each at 128 output tokens); 3 min at 600 rps
 MAX_CONCURRENCY = 4096  # one connection (and client) each; this client sustains 64 on 2 cores
+# A wait longer than this is said, never silent: 10 s is the limit for keeping a user's attention on a task
+# without feedback (J. Nielsen, "Response Times: The 3 Important Limits", Nielsen Norman Group, 1993).
+LONG_WAIT_S = 10.0
 
 
 class LoadShape(Frozen):
@@ -93,3 +102,25 @@ def send_offsets(shape: LoadShape, n: int, arrivals: list[float] | None = None) 
         offsets.append(t)
         t += rng.expovariate(rate) if k == 1.0 else rng.gammavariate(k, 1.0 / (rate * k))
     return offsets
+
+
+def arrivals_of(shape: LoadShape, prompts: Sequence[object]) -> list[float] | None:
+    """A trace's arrival times (s from its start), one per prompt, for `send_offsets`; None for other shapes."""
+    return [getattr(p, "arrival_s", None) or 0.0 for p in prompts] if shape.kind == "trace" else None
+
+
+def replay_span_s(shape: LoadShape, arrivals: list[float] | None) -> float:
+    """Wall seconds from a level's first scheduled send to its last (a trace: its arrivals / speedup), cut
+    at the level's duration: how long an open-loop level takes at least; 0 for a closed loop."""
+    offsets = send_offsets(shape, planned_requests(shape), arrivals) or [0.0]
+    span = max(offsets, default=0.0)
+    return min(span, shape.duration_s) if shape.duration_s is not None else span
+
+
+def long_gap_end(offsets: Sequence[float], elapsed_s: float, duration_s: float | None = None) -> float | None:
+    """The offset of the next send when the schedule (sorted offsets from t0) is `elapsed_s` into a gap
+    between two sends longer than `LONG_WAIT_S`; None when it is not (or nothing is left to send)."""
+    i = bisect.bisect_right(offsets, elapsed_s)
+    if i == 0 or i >= len(offsets) or (duration_s is not None and offsets[i] >= duration_s):
+        return None
+    return offsets[i] if offsets[i] - offsets[i - 1] > LONG_WAIT_S else None

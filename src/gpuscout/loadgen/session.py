@@ -10,6 +10,11 @@ was measured is lost:
   interrupted (and so invalid); otherwise its complete runs stand. The result says complete=False
   (`LoadOutcome.interrupted`).
 
+A trace replay waits for the trace's arrival times (up to 7 days ÷ --speedup): before the first request
+`on_replay` receives the plan's `ReplaySpan` when one replay takes longer than `schedule.LONG_WAIT_S` of
+wall time, so the wait is said up front, and every trace level's case records its planned span in its
+params (`replay_span_s`).
+
 With an output path the workload is saved next to it as FILE.workload.json and its sha256 recorded,
 so the run can be repeated exactly. It is written with the first result handed out (a checkpoint or
 the end), never before: a run that fails before measuring anything leaves an earlier result's
@@ -32,7 +37,7 @@ from gpuscout.loadgen.context import Progress
 from gpuscout.loadgen.metrics import mark_interrupted, summarize_load
 from gpuscout.loadgen.plan import LoadPlan, shape_at
 from gpuscout.loadgen.run import build_result, file_sha256, measure_case
-from gpuscout.loadgen.schedule import LoadShape
+from gpuscout.loadgen.schedule import LONG_WAIT_S, LoadShape, arrivals_of, replay_span_s
 from gpuscout.loadgen.search import SearchResult, search_max_load
 from gpuscout.loadgen.trace import trace_workload
 from gpuscout.loadgen.traffic import conversation_workload, shared_prefix_workload, sharegpt_workload
@@ -48,6 +53,18 @@ SEARCH_CEILING = 64  # highest level a search tries when the plan names none
 
 
 @dataclass(frozen=True)
+class ReplaySpan:
+    """How long the plan's replays take in wall time, said before the first request when one is long."""
+
+    requests: int  # requests one replay sends
+    trace_s: float  # the trace's own span over those requests (its last arrival − its first)
+    speedup: float  # the speed-up of the longest replay (the plan's slowest level)
+    replay_s: float  # that replay's wall time: trace_s / speedup, cut at --duration
+    total_s: float  # every replay the plan runs (levels × runs); for a search, the most it can take
+    search: bool  # total_s is a bound: a search picks its levels as it goes
+
+
+@dataclass(frozen=True)
 class LoadOutcome:
     """What a load test produced: the result, the search's conclusion when one ran, whether it was cut short."""
 
@@ -57,16 +74,21 @@ class LoadOutcome:
 
 
 def run_plan(plan: LoadPlan, *, output: Path | None = None, progress: ProgressFactory | None = None,
-             checkpoint: Checkpoint | None = None) -> LoadOutcome:
+             checkpoint: Checkpoint | None = None,
+             on_replay: Callable[[ReplaySpan], None] | None = None) -> LoadOutcome:
     """Measure the plan against its endpoint; the workload is saved beside `output` when given.
 
     Every level runs `plan.runs` times, each a fresh client; a sweep interleaves them (run 1: every
     level; run 2: every level …) so a slow period of the server hits every level, and the runs of
     a level are merged into one case (`results.runs.merge_runs`). `checkpoint` gets the result so
     far after every completed run of a level. An interrupt is not raised: the outcome says
-    `interrupted` and its result holds the finished runs (and requests).
+    `interrupted` and its result holds the finished runs (and requests). `on_replay` gets the plan's
+    `ReplaySpan` before the first request when a trace replay takes longer than `LONG_WAIT_S`.
     """
     session = _Session(plan, build_workload(plan), output, progress, checkpoint)
+    span = replay_plan(plan, session.workload)
+    if on_replay is not None and span is not None and span.replay_s > LONG_WAIT_S:
+        on_replay(span)
     try:
         found = _measure(plan, session)
         return LoadOutcome(result=session.result(True), search=found)
@@ -76,6 +98,31 @@ def run_plan(plan: LoadPlan, *, output: Path | None = None, progress: ProgressFa
 
 Key = tuple[float, bool]  # (level, the control run without shared prefixes)
 CONTROL = ", no shared prefix"
+
+
+def replay_plan(plan: LoadPlan, workload: Workload) -> ReplaySpan | None:
+    """The wall time of the plan's trace replays (None without a trace): each level's replay is its arrivals
+    divided by its speed-up; a search measures its lowest and highest level, then at most `SEARCH_STEPS`
+    between them, none slower than the lowest."""
+    if plan.trace is None:
+        return None
+
+    def span(level: float) -> float:
+        shape = shape_at(plan, level, len(workload.prompts))
+        return replay_span_s(shape, arrivals_of(shape, workload.prompts))
+
+    if plan.search:
+        hi = plan.level if plan.level is not None else SEARCH_CEILING
+        levels = [hi / 16, hi]
+        total = plan.runs * ((SEARCH_STEPS + 1) * span(hi / 16) + span(hi))
+    else:
+        levels = list(plan.sweep) or [plan.speedup]
+        total = plan.runs * sum(span(level) for level in levels)
+    slowest = min(levels)
+    shape = shape_at(plan, slowest, len(workload.prompts))
+    arrivals = [p.arrival_s or 0.0 for p in workload.prompts[:shape.requests or len(workload.prompts)]]
+    return ReplaySpan(requests=len(arrivals), trace_s=max(arrivals) - min(arrivals), speedup=slowest,
+                      replay_s=span(slowest), total_s=total, search=plan.search)
 
 
 def level_of(shape: LoadShape) -> float:
@@ -154,10 +201,18 @@ class _Session:
         return case
 
     def _keep(self, key: Key, case: Case, control: bool) -> None:
+        case = self.spanned(case, self.shapes[key])
         if control:
             case = case.model_copy(update={"name": case.name + CONTROL, "params": case.params | {"prefix": "unshared"}})
         self.in_flight = None
         self.runs.setdefault(key, []).append(case)
+
+    def spanned(self, case: Case, shape: LoadShape) -> Case:
+        """A trace level's case with the wall time its replay was planned to take (its last send's offset)."""
+        if shape.kind != "trace":
+            return case
+        span = replay_span_s(shape, arrivals_of(shape, self.workload.prompts))
+        return case.model_copy(update={"params": case.params | {"replay_span_s": span}})
 
     def run_level(self, shape: LoadShape) -> Case:
         """Every run of one level, back to back (an SLO search needs the level's verdict at once)."""
@@ -179,7 +234,9 @@ class _Session:
                 case = summarize_load(run, slo=self.plan.slo, percentile_needed=self.plan.percentile)
                 if control:
                     case = case.model_copy(update={"name": case.name + CONTROL})
-                self.runs[key] = [mark_interrupted(case, f"interrupted by {how} with {finished} request(s) finished")]
+                case = mark_interrupted(self.spanned(case, shape), f"interrupted by {how} with {finished} request(s) "
+                                        "finished")
+                self.runs[key] = [case]
                 kept = ", the level in flight kept with its finished requests"
             else:  # its complete runs stand; the cut-short one would bias them
                 kept = f", the run in flight dropped ({finished} request(s) finished; the level's earlier runs stand)"

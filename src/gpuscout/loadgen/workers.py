@@ -43,7 +43,14 @@ from gpuscout.interrupts import (
 from gpuscout.loadgen.client import run_load_sync
 from gpuscout.loadgen.context import Progress, WorkerPart
 from gpuscout.loadgen.record import LoadInterrupted, LoadRun
-from gpuscout.loadgen.schedule import CLOSED, LoadShape
+from gpuscout.loadgen.schedule import (
+    CLOSED,
+    LoadShape,
+    arrivals_of,
+    long_gap_end,
+    planned_requests,
+    send_offsets,
+)
 
 START_MARGIN_S = 0.05  # t0 this long after the last process is ready: every one is waiting by then
 READY_TIMEOUT_S = 600.0  # a process's start and warm-up
@@ -84,7 +91,8 @@ def run_load_workers(url: str, model: str, workload: Any, shape: LoadShape, *, w
             for proc in procs:
                 proc.start()
         _start_together(procs, ready, results, t0, go)
-        _collect(procs, results, n, handed, lambda: progress and progress(int(done.value), _total(shape)))
+        offsets = send_offsets(shape, planned_requests(shape), arrivals_of(shape, workload.prompts))
+        _collect(procs, results, n, handed, lambda: _show(progress, int(done.value), shape, offsets, t0.value))
     except KeyboardInterrupt as stop:
         signum = getattr(stop, "signum", None)
         for proc in procs:
@@ -122,6 +130,20 @@ class _WorkerStopped(KeyboardInterrupt):
 
 def _total(shape: LoadShape) -> int:
     return shape.requests or 0
+
+
+def _show(progress: Progress | None, finished: int, shape: LoadShape, offsets: list[float] | None,
+          t0: float) -> None:
+    """The requests the processes finished, and a wait longer than `LONG_WAIT_S` in the schedule they share
+    (each process is idle then: the next send, whichever process it falls to, is that far away)."""
+    if progress is None:
+        return
+    now = time.perf_counter()
+    end = long_gap_end(offsets, now - t0, shape.duration_s) if offsets and t0 else None
+    if end is None:
+        progress(finished, _total(shape))
+    else:
+        progress(finished, _total(shape), waiting_until=time.time() + t0 + end - now)
 
 
 def _start_together(procs: list[Any], ready: Any, results: Any, t0: Synchronized[float], go: Any) -> None:
@@ -238,9 +260,13 @@ def _run(share: int, of: int, url: str, model: str, workload: Any, shape: LoadSh
             counter.value = index + 1
         return index
 
-    def progress(_: int, __: int) -> None:
+    counted = [0]  # this process's finished requests already added to the shared count
+
+    def progress(finished: int, _: int, waiting_until: float | None = None) -> None:
+        del waiting_until  # the parent shows the waits, from the schedule every process shares
         with done.get_lock():
-            done.value = int(done.value) + 1
+            done.value = int(done.value) + finished - counted[0]
+        counted[0] = finished
 
     part = WorkerPart(share, of, on_ready, next_index if shape.kind in CLOSED else None, warmup_first=warmup_first,
                       warmup_total=warmup_total)

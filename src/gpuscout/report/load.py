@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console, Group, RenderableType
@@ -14,33 +16,72 @@ from gpuscout.cost.load_cost import LoadCost
 from gpuscout.loadgen.context import Progress
 from gpuscout.loadgen.schedule import LoadShape
 from gpuscout.loadgen.search import SearchResult
-from gpuscout.loadgen.session import workload_path
+from gpuscout.loadgen.session import ReplaySpan, workload_path
 from gpuscout.report.escape import screen_console
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.load_detail import detail_tables
-from gpuscout.report.numbers import common_unit, in_unit, money, percent, sig
-from gpuscout.results.schema import E2E_S, TPOT_S, TTFT_FROM_INTENDED_S, TTFT_S, BenchResult, Case, Metric
+from gpuscout.report.numbers import common_unit, duration, in_unit, money, percent, sig
+from gpuscout.results.schema import (
+    E2E_S,
+    INVALID_PREFIX,
+    NOT_MEASURED_PREFIX,
+    TPOT_S,
+    TTFT_FROM_INTENDED_S,
+    TTFT_S,
+    VALID_NOTE,
+    BenchResult,
+    Case,
+    Metric,
+    level_verdict,
+)
 
 
 @contextmanager
-def load_progress(shape: LoadShape) -> Iterator[Progress]:
-    """A rich progress bar on stderr while one level runs."""
+def load_progress(shape: LoadShape, console: Console | None = None) -> Iterator[Progress]:
+    """A rich progress bar on stderr while one level runs; while the client waits long for its next scheduled
+    send (a trace's gap), the bar says so and until when."""
     from rich.progress import Progress as Bar
 
-    with Bar(console=screen_console(stderr=True), transient=True) as bar:
-        task = bar.add_task(f"load {shape.kind}", total=shape.requests)
+    title = f"load {shape.kind}"
+    with Bar(console=console or screen_console(stderr=True), transient=True) as bar:
+        task = bar.add_task(title, total=shape.requests)
 
-        def update(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total or None)
+        def update(done: int, total: int, waiting_until: float | None = None) -> None:
+            said = title if waiting_until is None else f"{title}: {waiting_line(waiting_until)}"
+            bar.update(task, completed=done, total=total or None, description=said)
+            if waiting_until is not None:
+                bar.refresh()  # now, not at the next tick: the wait may begin as the level does
 
         yield update
 
 
+def waiting_line(until: float, now: float | None = None) -> str:
+    """'waiting until 14:05:03 (2.0 h) for the next send': the clock time in local time, with
+    its date when the wait ends on another day."""
+    now = time.time() if now is None else now
+    end = datetime.fromtimestamp(until).astimezone()
+    same_day = end.date() == datetime.fromtimestamp(now).astimezone().date()
+    clock = end.strftime("%H:%M:%S" if same_day else "%Y-%m-%d %H:%M:%S")
+    return f"waiting until {clock} ({duration(max(0.0, until - now))}) for the next send"
+
+
+def replay_notice(span: ReplaySpan) -> Text:
+    """The one line said before a long trace replay: how long it takes, and how to shorten it."""
+    total = ""
+    if span.total_s > span.replay_s * (1 + 1e-9):
+        total = (f", {'at most ' if span.search else ''}{duration(span.total_s)} for every level and run"
+                 + (" of the search" if span.search else ""))
+    return Text.assemble(("note:", "yellow"), f" the trace replay takes {duration(span.replay_s)} of wall time "
+                         f"({span.requests:,} requests over {duration(span.trace_s)} of the trace, replayed "
+                         f"×{span.speedup:g}){total}; to shorten it, pass a higher --speedup, or --requests N to "
+                         "replay only the trace's first N requests")
+
+
 def load_warnings(result: BenchResult, console: Console) -> None:
-    """Invalid levels and levels where every request failed, as warnings (on stderr)."""
+    """Invalid levels, checks that could not run and levels where every request failed, as warnings (on stderr)."""
     for case in result.cases:
         for note in case.notes:
-            if note.startswith("invalid:") or note.startswith("every request failed"):
+            if note.startswith((INVALID_PREFIX, NOT_MEASURED_PREFIX, "every request failed")):
                 console.print(Text.assemble(("warning:", "yellow"), f" {case.name}: {note}"), highlight=False)
 
 
@@ -77,12 +118,14 @@ def load_screen(result: BenchResult, *, output: Path | None, costs: Sequence[Loa
     label_column(table, "valid")
     for case in result.cases:
         table.add_row(*_row(case, latencies, factor, wide=wide, images=images))
-    parts: list[RenderableType] = [table, Text("\n".join(IMAGE_FORMULAS if images else FORMULAS), style="dim"),
+    parts: list[RenderableType] = [table, *_unmeasured_line(result.cases),
+                                   Text("\n".join(IMAGE_FORMULAS if images else FORMULAS), style="dim"),
                                    *detail_tables(result)]
     for case in result.cases:
         for note in case.notes:
-            if note != "valid":
-                parts.append(Text(f"{case.name}: {note}", style="yellow" if "invalid" in note else ""))
+            if note != VALID_NOTE:
+                warn = note.startswith((INVALID_PREFIX, NOT_MEASURED_PREFIX)) or "invalid" in note
+                parts.append(Text(f"{case.name}: {note}", style="yellow" if warn else ""))
     if search is not None:
         parts.append(Text(f"SLO search: {search.message}"))
     if costs:
@@ -92,6 +135,15 @@ def load_screen(result: BenchResult, *, output: Path | None, costs: Sequence[Loa
     if output is not None:
         parts.append(Text(f"Result written to {output} (workload: {workload_path(output)})"))
     return Group(*parts)
+
+
+def _unmeasured_line(cases: Sequence[Case]) -> list[Text]:
+    """The levels whose validity was not measured, named under the table (as doctor lists what it did not check)."""
+    names = [c.name for c in cases if level_verdict(c) == "not measured"]
+    if not names:
+        return []
+    return [Text(f"valid n/m = not measured ({len(names)}): {', '.join(names)}. A check of the validity gate could "
+                 "not run, so these levels are neither valid nor invalid (their notes say which).", style="yellow")]
 
 
 def _latency_values(result: BenchResult, latencies: Sequence[tuple[str, str, str]]) -> list[float]:
@@ -113,13 +165,18 @@ def _row(case: Case, latencies: Sequence[tuple[str, str, str]], factor: float, *
     first = E2E_S if images else TTFT_S
     summary = m[first].summary if first in m else None
     ok = summary.n if summary is not None else 0
-    valid = Text("yes") if "valid" in case.notes else Text("no", style="red")
+    valid = VERDICT_CELLS[level_verdict(case)]
     cells: list[str | Text] = [case.name, f"{ok}/{sent}", _value(m.get("requests_per_s")),
                                _value(m.get("images_per_s" if images else "output_tokens_per_s"))]
     cells += [_latency(m.get(name), field, factor) for name, field, _ in latencies]
     if wide:
         cells.append(percent(m["error_rate"].value, 1) if "error_rate" in m else "—")
     return [*cells, valid]
+
+
+# The valid column (5 wide at 80 columns): a level whose gate could not run a check is neither yes nor no but
+# "n/m", spelled out under the table (`_unmeasured_line`) and in its note, which says which check.
+VERDICT_CELLS = {"valid": Text("yes"), "invalid": Text("no", style="red"), "not measured": Text("n/m", style="yellow")}
 
 
 def _cost_table(result: BenchResult, costs: Sequence[LoadCost]) -> Table:

@@ -46,6 +46,15 @@ E2E_FROM_INTENDED_S = "e2e_from_intended_s"
 # How the machine was rented: the tiers a price sheet knows (`hardware.offers.Tier`, kept equal by a test).
 BillingType = Literal["on-demand", "spot", "reserved"]
 
+# A load level's validity verdict, as its notes record it (the load generator writes them, the reports, the
+# comparison and `pick --load` read them through `level_verdict`): "valid"; one "invalid: <reason>" note
+# per failed check; and one "not measured: <check>" note per check of the gate that could not run. A check
+# that could not run is never counted as passed, so such a level is not valid (nor invalid: nothing failed).
+VALID_NOTE = "valid"
+INVALID_PREFIX = "invalid: "
+NOT_MEASURED_PREFIX = "not measured: "
+LevelVerdict = Literal["valid", "invalid", "not measured"]
+
 
 class RunSamples(Frozen):
     """One independent run's samples of a metric (each run is a fresh process), and their summary."""
@@ -195,6 +204,17 @@ class Case(Frozen):
     runs: int = Field(1, ge=1)  # independent runs merged into this case (each a fresh process)
     failed_runs: tuple[Failure, ...] = ()  # runs that failed while others finished
     telemetry: tuple[Telemetry, ...] = ()  # one per run: GPU and CPU state while it ran
+
+
+def level_verdict(case: Case) -> LevelVerdict:
+    """A load level's verdict from its notes. A level merged from several runs holds every run's notes: one
+    invalid run makes it invalid, else one run whose gate could not run every check makes it not measured; a
+    case with no verdict at all (a bench case, a damaged file) is not valid."""
+    if any(n.startswith(INVALID_PREFIX) for n in case.notes):
+        return "invalid"
+    if any(n.startswith(NOT_MEASURED_PREFIX) for n in case.notes):
+        return "not measured"
+    return "valid" if VALID_NOTE in case.notes else "invalid"
 
 
 class FixedVariables(Frozen):

@@ -1,7 +1,8 @@
 """Load sweeps and searches: TTFT and TPOT P50/P95 against throughput with the SLO lines, and goodput.
 
 Every load result given is drawn on the same axes, one colour each, so two machines' sweeps read
-side by side. A level whose validity gate failed (docs/measurement.md §2) is drawn hollow.
+side by side. A level whose validity gate failed, or could not run one of its checks (docs/measurement.md §2),
+is drawn hollow.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from gpuscout.documents.kinds import RunDoc
 from gpuscout.report.html.parts import Html, bullets, figure, para, table
 from gpuscout.report.html.svg import Canvas, color, label
 from gpuscout.report.numbers import common_unit, in_unit, money, percent, seconds, sig
-from gpuscout.results.schema import TPOT_S, TTFT_S, Case, Metric
+from gpuscout.results.schema import TPOT_S, TTFT_S, VALID_NOTE, Case, Metric, level_verdict
 from gpuscout.workload.job import Slo
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
+VERDICT_WORDS = {"valid": "yes", "invalid": "no", "not measured": "not measured"}
 # (metric, SLO field, what): the latencies drawn against throughput.
 LATENCIES = ((TTFT_S, "ttft_p95_s", "TTFT"), (TPOT_S, "tpot_p95_s", "TPOT"))
 
@@ -64,7 +66,7 @@ def levels(doc: RunDoc) -> list[Level]:
         throughput = _value(case, "output_tokens_per_s")
         if isinstance(level, int | float) and throughput is not None:
             out.append(Level(case=case, level=float(level), throughput=throughput,
-                             valid=not any(n.startswith("invalid:") for n in case.notes)))
+                             valid=level_verdict(case) == "valid"))
     return sorted(out, key=lambda lv: lv.level)
 
 
@@ -190,7 +192,7 @@ def load_tables(doc: RunDoc) -> list[Html]:
     rows = [[c.name, _count(c), _sig(_value(c, "requests_per_s")), _sig(_value(c, "output_tokens_per_s")),
              *(in_unit(q, factor) for name in (TTFT_S, TPOT_S) for q in _quantiles(c, name)),
              _sig(_value(c, "goodput_rps")), percent(_value(c, "error_rate") or 0.0, 1),
-             "no" if any(n.startswith("invalid:") for n in c.notes) else "yes"] for c in cases]
+             VERDICT_WORDS[level_verdict(c)]] for c in cases]
     out = [table(["level", "requests", "req/s", "out tok/s", f"TTFT P50 {unit}", f"TTFT P95 {unit}",
                   f"TPOT P50 {unit}", f"TPOT P95 {unit}", "goodput req/s", "errors", "valid"], rows,
                  caption="Load levels", numeric=tuple(range(1, 10)))]
@@ -202,7 +204,7 @@ def load_tables(doc: RunDoc) -> list[Html]:
                          caption="Cost of the load (USD)", numeric=(2, 3, 4, 5)))
     if doc.search is not None:
         out.append(para(f"Search: {doc.search.message}", class_="verdict"))
-    notes = [f"{c.name}: {n}" for c in cases for n in c.notes if n != "valid"]
+    notes = [f"{c.name}: {n}" for c in cases for n in c.notes if n != VALID_NOTE]
     return out + ([bullets(notes, class_="note")] if notes else [])
 
 
