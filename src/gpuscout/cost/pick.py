@@ -27,6 +27,7 @@ from gpuscout.cost.machine import check_machine, host_needs, price_on_machine
 from gpuscout.cost.pick_row import PickRow, exclusion, row_base, unit_costs
 from gpuscout.cost.spot import SpotNeverFinishes
 from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.estimator.compat import Finding, check, exclusion_reason
 from gpuscout.estimator.fit import (
     Suggestion,
     plan_keeping_task,
@@ -87,6 +88,7 @@ class Layout(Frozen):
     metrics: dict[str, float] = Field(default_factory=dict)
     slo_miss: str | None = None  # 'TPOT 0.070 s > 0.05 s at the band's slow end'
     slo_met: bool | None = None
+    compat: tuple[Finding, ...] = ()  # the compatibility rules' findings for the placed job (estimator/compat.py)
 
 
 class PickResult(Frozen):
@@ -164,8 +166,10 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
     layout = cache[key]
     base = row_base(offer, today)
     if layout.placement is None or layout.speed is None:
-        return PickRow(**base | {"fits": False, "excluded": layout.unfit, "options": layout.options})
+        return PickRow(**base | {"fits": False, "excluded": layout.unfit, "options": layout.options,
+                                 "compat": layout.compat})
     placement, speed = layout.placement, layout.speed
+    base |= {"compat": layout.compat}  # a slower fallback is priced in the runtime; the row says so
     data, processes = options.data if options is not None else None, placement.group * placement.replicas
     known = hosts if hosts is not None else {}
     if key not in known:
@@ -204,6 +208,10 @@ def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = 
         how = " as written" if as_written else ", even with a plan"  # a plan: changes that keep the task
         return Layout(placement=None, unfit=f"does not fit in {count} × {gpu.name}{how}",
                       options=() if as_written else _options(job, model, gpu, count))
+    findings = check(placement.job, model, gpu, gpus=placement.group)
+    cannot = exclusion_reason(findings)
+    if cannot is not None:  # the rules say it cannot run here (FlashAttention 2 on a T4): no time, the fix
+        return Layout(placement=None, unfit=f"{cannot} (on {count} × {gpu.name})", compat=findings)
     try:
         speed = estimate_speed(_timed_job(placement, job), model, gpu, gpus=placement.group)
     except GpuscoutError as exc:  # no rate to time it with (bf16 on a V100, GH200 × n): excluded, with the reason
@@ -214,7 +222,7 @@ def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = 
                           (speed.job_s * slow, speed.job_low_s * slow, speed.job_high_s * slow_high))
     misses = slo_misses(job, speed, slow_high)
     return Layout(placement=placement, unfit=None, speed=speed, runtime_s=runtime, runtime_low_s=low,
-                  runtime_high_s=high, metrics=_scaled_metrics(speed, placement, slow),
+                  runtime_high_s=high, metrics=_scaled_metrics(speed, placement, slow), compat=findings,
                   slo_miss="; ".join(misses) + " at the band's slow end" if misses else None,
                   slo_met=not misses if any(k in speed.metrics for k in _slo_targets(job)) else None)
 

@@ -11,6 +11,7 @@ from datetime import date
 
 from gpuscout.cost.billing import JobCost
 from gpuscout.cost.machine import MachineCheck
+from gpuscout.estimator.compat import Finding
 from gpuscout.estimator.fit import Suggestion
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import USD, DisplayCurrency, amount_text, from_usd
@@ -56,6 +57,9 @@ class PickRow(OfferFacts):
     plan: tuple[Suggestion, ...] = ()  # changes that keep the task, applied so that it fits (empty: as written)
     options: tuple[Suggestion, ...] = ()  # changes that alter the task, offered (never applied) when unfit
     machine: MachineCheck | None = None  # the host: RAM, vCPUs, disk and the dataset's pull (docs/cost.md §2.14)
+    # The compatibility rules' findings on this offer's GPU (estimator/compat.py): an excluded row's reason
+    # and fix, or the slower fallback its runtime is priced with (no P2P: collectives through host memory).
+    compat: tuple[Finding, ...] = ()
 
 
 def row_base(offer: Offer, today: date) -> dict[str, object]:
