@@ -168,3 +168,15 @@ def exclusion_reason(findings: tuple[Finding, ...]) -> str | None:
         cost = f" ({change_pct(f.slowdown)} time)" if f.slowdown is not None else ""
         parts.append(f"{f.reason}; fix: {spec_edits(f.fix_change)}{cost}")
     return "cannot run: " + "; ".join(parts) if parts else None
+
+
+def no_time_note(findings: tuple[Finding, ...]) -> str | None:
+    """Why a GPU gets no job time, in the speed model's wording ('No job time: … To fix: …'); names no
+    GPU, so a screen prints it once for every GPU it applies to. None when nothing excludes."""
+    blocking = excluded(findings)
+    if not blocking:
+        return None
+    why = "; ".join(f.reason for f in blocking)
+    fixes = "; ".join(f"{spec_edits(f.fix_change)}, {f.fix}"
+                      + (f" ({change_pct(f.slowdown)} time)" if f.slowdown is not None else "") for f in blocking)
+    return f"No job time: {why}. To fix: {fixes}."

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from gpuscout.errors import GpuscoutError
 from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.colocate import Colocation, colocation
-from gpuscout.estimator.compat import Finding, check, excluded
+from gpuscout.estimator.compat import Finding, check, excluded, no_time_note
 from gpuscout.estimator.fit import (
     Limits,
     Suggestion,
@@ -62,7 +62,7 @@ def judge(job: Job, model: Model, gpu: Gpu) -> GpuVerdict:
     spread = _is_spread(job)
     findings = check(job, model, gpu)
     # A setup the rules say cannot run gets no job time; the findings say why and the fix.
-    speed, speed_note = _speed(job, model, gpu) if not excluded(findings) else (None, None)
+    speed, speed_note = _speed(job, model, gpu) if not excluded(findings) else (None, no_time_note(findings))
     return GpuVerdict(
         gpu_sku=gpu.sku, gpu_name=gpu.name, breakdown=breakdown, fits=fits,
         headroom_bytes=breakdown.headroom_bytes, limits=limits(job, model, gpu),

@@ -48,3 +48,15 @@ def compat_lines(rows: Sequence[PickRow]) -> list[RenderableType]:
         for f in row.compat:
             by_text.setdefault(finding_text(f), []).append(row.offer_id)
     return [Text(f"! {text}: {some_ids(ids)}", style="yellow") for text, ids in by_text.items()]
+
+
+def compat_detail(findings: Sequence[Finding]) -> list[RenderableType]:
+    """Under one GPU's detail: each finding that lets the job run, and the job time with the fixes of
+    those that do not (their reason is the speed note: 'No job time: …')."""
+    out: list[RenderableType] = [Text(f"Compatibility: {finding_text(f)}", style="yellow")
+                                 for f in findings if f.outcome != "excluded"]
+    fixed = next((f.fix_job_s for f in findings if f.outcome == "excluded" and f.fix_job_s is not None), None)
+    if fixed is not None:
+        edits = ", ".join(spec_edits(f.fix_change) for f in findings if f.outcome == "excluded")
+        out.append(Text(f"Compatibility: with {edits}, the job time would be {duration(fixed)}.", style="yellow"))
+    return out

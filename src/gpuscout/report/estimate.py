@@ -59,12 +59,11 @@ def _cells(v: GpuVerdict, limit_names: list[str], notes: Footnotes, *, wide: boo
     cells: list[str | Text] = [v.gpu_sku, gib_number(v.breakdown.usable_bytes), gib_number(v.breakdown.peak_bytes),
                                Text(gib_number(v.headroom_bytes), style="green" if v.fits else "red"), _fit_mark(v)]
     cells += [limit_value(v.limits.values[n]) for n in limit_names]
-    # No speed at all (a multi-GPU job on a GH200): the reason is a footnote; so is each compatibility
-    # finding (bf16 on a V100: no time; no P2P: a slower time).
-    if v.compat:
-        cells.append(" ".join([*(notes.ref(finding_text(f)) for f in v.compat), _job_time(v, wide=wide)]))
-    else:
-        cells.append(f"{notes.ref(v.speed_note)} -" if v.speed is None and v.speed_note else _job_time(v, wide=wide))
+    # No speed at all (bf16 on a V100, a multi-GPU job on a GH200): the reason is a footnote; so is a
+    # compatibility finding on a GPU that runs the job (no P2P: a slower time).
+    runs = [notes.ref(finding_text(f)) for f in v.compat if f.outcome != "excluded"]  # slower, or runs if …
+    cells.append(" ".join([*runs, f"{notes.ref(v.speed_note)} -" if v.speed is None and v.speed_note
+                           else _job_time(v, wide=wide)]))
     if wide:
         cells.append(v.speed.bound if v.speed else "-")
     if with_fix:
