@@ -208,12 +208,13 @@ def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = 
         how = " as written" if as_written else ", even with a plan"  # a plan: changes that keep the task
         return Layout(placement=None, unfit=f"does not fit in {count} × {gpu.name}{how}",
                       options=() if as_written else _options(job, model, gpu, count))
-    findings = check(placement.job, model, gpu, gpus=placement.group)
+    timed = _timed_job(placement, job)
+    findings = check(timed, model, gpu, gpus=placement.group)  # a fallback's slowdown: of the job timed here
     cannot = exclusion_reason(findings)
     if cannot is not None:  # the rules say it cannot run here (FlashAttention 2 on a T4): no time, the fix
         return Layout(placement=None, unfit=f"{cannot} (on {count} × {gpu.name})", compat=findings)
     try:
-        speed = estimate_speed(_timed_job(placement, job), model, gpu, gpus=placement.group)
+        speed = estimate_speed(timed, model, gpu, gpus=placement.group)
     except GpuscoutError as exc:  # no rate to time it with (bf16 on a V100, GH200 × n): excluded, with the reason
         why, fix = (f"{s[:1].lower()}{s[1:]}".rstrip(".") for s in (exc.why, exc.fix))
         return Layout(placement=None, unfit=f"no job time on {count} × {gpu.name}: {why}; to fix, {fix}")
