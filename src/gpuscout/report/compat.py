@@ -7,7 +7,7 @@ screen prints it once for every GPU it applies to.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from rich.console import RenderableType
 from rich.text import Text
@@ -17,21 +17,36 @@ from gpuscout.estimator.compat import Finding, change_pct, spec_edits
 from gpuscout.report.layout import some_ids
 from gpuscout.report.numbers import duration
 
+Span = tuple[float, float]  # the least and the most slowdown of one finding over the GPUs of a screen
 
-def finding_text(f: Finding, *, fix_time: bool = False) -> str:
-    """One finding as one sentence. `fix_time`: where the job as written has no time to compare the
-    fix with, give the job time under the fix (it differs per GPU, so tables leave it out)."""
+
+def finding_text(f: Finding, *, span: Span | None = None) -> str:
+    """One finding as one sentence. `span`: the finding's slowdown over every GPU it applies to on the
+    screen, so that one footnote serves them all ('+2% to +4% time')."""
+    low, high = span if span is not None else (f.slowdown, f.slowdown)
+    if low is None or high is None:
+        cost = ""
+    elif change_pct(low) == change_pct(high):
+        cost = f"{change_pct(low)} time"
+    else:
+        cost = f"{change_pct(low)} to {change_pct(high)} time"
     match f.outcome:
         case "excluded":
-            cost = f": {change_pct(f.slowdown)} time" if f.slowdown is not None else ""
-            if f.slowdown is None and fix_time and f.fix_job_s is not None:
-                cost = f": job time then {duration(f.fix_job_s)}"
-            return f"Cannot run: {f.reason}. Fix: {spec_edits(f.fix_change)}, {f.fix}{cost}"
+            return f"Cannot run: {f.reason}. Fix: {spec_edits(f.fix_change)}, {f.fix}" + (f": {cost}" if cost else "")
         case "fallback":
-            cost = f" ({change_pct(f.slowdown)} time)" if f.slowdown is not None else ""
-            return f"Runs slower: {f.reason}; {f.fallback}{cost}"
+            return f"Runs slower: {f.reason}; {f.fallback}" + (f" ({cost})" if cost else "")
         case _:
             return f"Runs if: {f.reason}; {f.fallback}"
+
+
+def spans(findings: Iterable[Finding]) -> dict[tuple[str, str], Span]:
+    """Per (rule, reason): the least and the most slowdown among `findings` that have one."""
+    out: dict[tuple[str, str], Span] = {}
+    for f in findings:
+        if f.slowdown is not None:
+            low, high = out.get((f.rule, f.reason), (f.slowdown, f.slowdown))
+            out[(f.rule, f.reason)] = (min(low, f.slowdown), max(high, f.slowdown))
+    return out
 
 
 def short_words(findings: Sequence[Finding]) -> str:
@@ -44,9 +59,10 @@ def short_words(findings: Sequence[Finding]) -> str:
 def compat_lines(rows: Sequence[PickRow]) -> list[RenderableType]:
     """Under a ranking: each finding of the ranked rows once, with the offers it concerns ('!' marks them)."""
     by_text: dict[str, list[str]] = {}
+    ranges = spans(f for row in rows for f in row.compat)  # each row's own figure is beside its '!'
     for row in rows:
         for f in row.compat:
-            by_text.setdefault(finding_text(f), []).append(row.offer_id)
+            by_text.setdefault(finding_text(f, span=ranges.get((f.rule, f.reason))), []).append(row.offer_id)
     return [Text(f"! {text}: {some_ids(ids)}", style="yellow") for text, ids in by_text.items()]
 
 
