@@ -14,6 +14,7 @@ from gpuscout import api
 from gpuscout.cost.load_cost import LoadCost, price_load
 from gpuscout.loadgen.search import SearchResult, SearchStep
 from gpuscout.results.schema import BenchResult, Case, Fingerprint, FixedVariables, Metric
+from gpuscout.workload.job import Slo
 from results import A100, BASE_TPS, bench_result, failed_case, metric, runs_case
 
 # Three runs a side whose means drift a little, as on a real machine.
@@ -22,6 +23,7 @@ DRIFT = (1.0, 0.99, 1.01)
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 PRICES = Path(__file__).parent / "fixtures" / "prices.toml"
+COMPAT_OFFERS = Path(__file__).parent / "fixtures" / "compat_offers.toml"
 TODAY = date(2026, 12, 1)  # staleness of the bundled example prices is judged on this day
 
 
@@ -40,6 +42,19 @@ def estimate_serving() -> api.EstimateReport:
 
 def pick_default() -> api.PickReport:
     return api.pick(None, today=TODAY)
+
+
+def pick_compat() -> api.PickReport:
+    """The 70B serving example (its SLO dropped) on eight RTX 4090s without P2P, eight A100s and a T4:
+    the 4090 layout ranks with its host-staged slowdown marked; the T4 does not fit at all."""
+    job = api.load_job(EXAMPLES / "llama3-70b-serving-8k.toml").model_copy(update={"slo": Slo()})
+    return api.pick(job, offers=COMPAT_OFFERS, today=TODAY)
+
+
+def estimate_compat() -> api.EstimateReport:
+    """The QLoRA example (FlashAttention 2, bf16, bitsandbytes) on a T4 (cannot run) and an MI300X (runs
+    if bitsandbytes is new enough)."""
+    return api.estimate(EXAMPLES / "llama3-8b-qlora.toml", gpus=["t4", "mi300x"])
 
 
 def compare_two() -> api.CompareReport:

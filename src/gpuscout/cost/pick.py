@@ -30,6 +30,7 @@ from gpuscout.cost.spot import SpotNeverFinishes
 from gpuscout.cost.spot_prior import InterruptionPrior, SpotKnowledge, prior_for, with_prior
 from gpuscout.cost.trial_price import TrialAdvice
 from gpuscout.errors import GpuscoutError, SpecError
+from gpuscout.estimator.compat import Finding, check, exclusion_reason
 from gpuscout.estimator.fit import (
     Suggestion,
     plan_keeping_task,
@@ -90,6 +91,7 @@ class Layout(Frozen):
     metrics: dict[str, float] = Field(default_factory=dict)
     slo_miss: str | None = None  # 'TPOT 0.070 s > 0.05 s at the band's slow end'
     slo_met: bool | None = None
+    compat: tuple[Finding, ...] = ()  # the compatibility rules' findings for the placed job (estimator/compat.py)
 
 
 class PickResult(Frozen):
@@ -189,8 +191,10 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
     layout = cache[key]
     base = row_base(offer, today)
     if layout.placement is None or layout.speed is None:
-        return PickRow(**base | {"fits": False, "excluded": layout.unfit, "options": layout.options})
+        return PickRow(**base | {"fits": False, "excluded": layout.unfit, "options": layout.options,
+                                 "compat": layout.compat})
     placement, speed = layout.placement, layout.speed
+    base |= {"compat": layout.compat}  # a slower fallback is priced in the runtime; the row says so
     data, processes = options.data if options is not None else None, placement.group * placement.replicas
     known = hosts if hosts is not None else {}
     if key not in known:
@@ -248,8 +252,13 @@ def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = 
         how = " as written" if as_written else ", even with a plan"  # a plan: changes that keep the task
         return Layout(placement=None, unfit=f"does not fit in {count} × {gpu.name}{how}",
                       options=() if as_written else _options(job, model, gpu, count))
+    timed = _timed_job(placement, job)
+    findings = check(timed, model, gpu, gpus=placement.group)  # a fallback's slowdown: of the job timed here
+    cannot = exclusion_reason(findings)
+    if cannot is not None:  # the rules say it cannot run here (FlashAttention 2 on a T4): no time, the fix
+        return Layout(placement=None, unfit=f"{cannot} (on {count} × {gpu.name})", compat=findings)
     try:
-        speed = estimate_speed(_timed_job(placement, job), model, gpu, gpus=placement.group)
+        speed = estimate_speed(timed, model, gpu, gpus=placement.group)
     except GpuscoutError as exc:  # no rate to time it with (bf16 on a V100, GH200 × n): excluded, with the reason
         why, fix = (f"{s[:1].lower()}{s[1:]}".rstrip(".") for s in (exc.why, exc.fix))
         return Layout(placement=None, unfit=f"no job time on {count} × {gpu.name}: {why}; to fix, {fix}")
@@ -258,7 +267,7 @@ def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = 
                           (speed.job_s * slow, speed.job_low_s * slow, speed.job_high_s * slow_high))
     misses = slo_misses(job, speed, slow_high)
     return Layout(placement=placement, unfit=None, speed=speed, runtime_s=runtime, runtime_low_s=low,
-                  runtime_high_s=high, metrics=_scaled_metrics(speed, placement, slow),
+                  runtime_high_s=high, metrics=_scaled_metrics(speed, placement, slow), compat=findings,
                   slo_miss="; ".join(misses) + " at the band's slow end" if misses else None,
                   slo_met=not misses if any(k in speed.metrics for k in _slo_targets(job)) else None)
 

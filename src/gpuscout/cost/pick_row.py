@@ -12,6 +12,7 @@ from datetime import date
 from gpuscout.cost.billing import JobCost
 from gpuscout.cost.machine import MachineCheck
 from gpuscout.cost.spot_prior import InterruptionPrior
+from gpuscout.estimator.compat import Finding
 from gpuscout.estimator.fit import Suggestion
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import USD, DisplayCurrency, amount_text, from_usd
@@ -72,6 +73,9 @@ class PickRow(OfferFacts):
     replicas: int | None = None
     parallel: str = ""  # "data" (training, a copy per replica), "zero3"/"fsdp" (one sharded copy), "tensor"
     # (serving, a copy per tensor-parallel group), "" (images and video: one pipeline a GPU)
+    # The compatibility rules' findings on this offer's GPU (estimator/compat.py): an excluded row's reason
+    # and fix, or the slower fallback its runtime is priced with (no P2P: collectives through host memory).
+    compat: tuple[Finding, ...] = ()
 
 
 def row_base(offer: Offer, today: date) -> dict[str, object]:

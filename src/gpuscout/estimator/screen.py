@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from gpuscout.errors import GpuscoutError
 from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.colocate import Colocation, colocation
+from gpuscout.estimator.compat import Finding, check, excluded, no_time_note
 from gpuscout.estimator.fit import (
     Limits,
     Suggestion,
@@ -38,6 +39,8 @@ class GpuVerdict(Frozen):
     speed: SpeedEstimate | None  # None when this GPU cannot run the job's precision at all
     speed_note: str | None = None  # why `speed` is None: the speed model's reason, shown in place of a time
     colocation: Colocation | None = None  # co-served models: the split of the GPU, each model's limit
+    # The compatibility rules' findings (estimator/compat.py); an "excluded" one leaves `speed` None.
+    compat: tuple[Finding, ...] = ()
 
 
 class Screening(Frozen):
@@ -57,7 +60,9 @@ def judge(job: Job, model: Model, gpu: Gpu) -> GpuVerdict:
     breakdown = estimate_memory(job, model, gpu)
     fits = breakdown.fits
     spread = _is_spread(job)
-    speed, speed_note = _speed(job, model, gpu)
+    findings = check(job, model, gpu)
+    # A setup the rules say cannot run gets no job time; the findings say why and the fix.
+    speed, speed_note = _speed(job, model, gpu) if not excluded(findings) else (None, no_time_note(findings))
     return GpuVerdict(
         gpu_sku=gpu.sku, gpu_name=gpu.name, breakdown=breakdown, fits=fits,
         headroom_bytes=breakdown.headroom_bytes, limits=limits(job, model, gpu),
@@ -65,7 +70,7 @@ def judge(job: Job, model: Model, gpu: Gpu) -> GpuVerdict:
         plan=() if fits else combined_plan(job, model, gpu),
         peak_by_gpu_count={n: b.peak_bytes for n, b in fit_over_gpu_counts(job, model, gpu).items()}
         if spread else {},
-        speed=speed, speed_note=speed_note,
+        speed=speed, speed_note=speed_note, compat=findings,
         colocation=colocation(job, model, gpu) if isinstance(job, InferenceJob) and job.co_served
         and isinstance(model, ModelShape) else None,
     )

@@ -44,6 +44,8 @@ class Gpu(Frozen):
     name: _Name
     vendor: Vendor
     architecture: Architecture
+    # NVIDIA only: CUDA compute capability, "major.minor" ("8.0" is sm80). Kernels state what they need in it.
+    compute_capability: str | None = Field(default=None, pattern=r"^[0-9]{1,2}\.[0-9]$")
     aliases: tuple[_Name, ...] = ()
 
     memory_bytes: int = Field(gt=0)
@@ -65,6 +67,8 @@ class Gpu(Frozen):
     nvlink_bytes_per_s: _Positive | None = None
     pcie_gen: int | None = Field(default=None, ge=1)
     pcie_bytes_per_s: _Positive | None = None
+    # False where the driver refuses direct GPU-to-GPU copies (GeForce): collectives go through host memory.
+    peer_to_peer: bool = True
     tdp_w: _Positive | None = None
 
     notes: str = ""
@@ -79,6 +83,14 @@ class Gpu(Frozen):
         if unknown:
             raise ValueError(f"verify names unknown data fields: {unknown}")
         return value
+
+    @property
+    def sm(self) -> int | None:
+        """The compute capability as one number, 8.0 -> 80 and 12.0 -> 120; None for AMD."""
+        if self.compute_capability is None:
+            return None
+        major, minor = self.compute_capability.split(".")
+        return int(major) * 10 + int(minor)
 
 
 # Precision name -> Gpu field with its peak rate. Spellings from torch/numpy map to the same rows.

@@ -18,6 +18,7 @@ from gpuscout.estimator.breakdown import MemoryBreakdown, bytes_by_category
 from gpuscout.estimator.calibration import Calibration
 from gpuscout.estimator.screen import GpuVerdict, Screening
 from gpuscout.report.calibration import calibration_block
+from gpuscout.report.compat import Span, finding_text, spans
 from gpuscout.report.estimate_detail import verdict_detail
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, one_line, plain, prose_column
@@ -48,18 +49,24 @@ def screening_table(screening: Screening, notes: Footnotes, *, wide: bool = Fals
         label_column(table, "bound")
     if with_fix:
         prose_column(table, "cheapest fix")
+    # A finding's slowdown differs per GPU: one footnote gives its range over the screen's GPUs.
+    ranges = spans(f for v in screening.verdicts for f in v.compat)
     for v in screening.verdicts:
-        table.add_row(*_cells(v, limit_names, notes, wide=wide, with_fix=with_fix))
+        table.add_row(*_cells(v, limit_names, notes, wide=wide, with_fix=with_fix, ranges=ranges))
     return Group(Text(title, style="bold"), table, Text(CAPTION, style="dim"))
 
 
 def _cells(v: GpuVerdict, limit_names: list[str], notes: Footnotes, *, wide: bool,
-           with_fix: bool) -> list[str | Text]:
+           with_fix: bool, ranges: Mapping[tuple[str, str], Span] | None = None) -> list[str | Text]:
     cells: list[str | Text] = [v.gpu_sku, gib_number(v.breakdown.usable_bytes), gib_number(v.breakdown.peak_bytes),
                                Text(gib_number(v.headroom_bytes), style="green" if v.fits else "red"), _fit_mark(v)]
     cells += [limit_value(v.limits.values[n]) for n in limit_names]
-    # No speed at all (bf16 on a V100, a multi-GPU job on a GH200): the reason is a footnote.
-    cells.append(f"{notes.ref(v.speed_note)} -" if v.speed is None and v.speed_note else _job_time(v, wide=wide))
+    # No speed at all (bf16 on a V100, a multi-GPU job on a GH200): the reason is a footnote; so is a
+    # compatibility finding on a GPU that runs the job (no P2P: a slower time).
+    runs = [notes.ref(finding_text(f, span=(ranges or {}).get((f.rule, f.reason))))  # slower, or runs if …
+            for f in v.compat if f.outcome != "excluded"]
+    cells.append(" ".join([*runs, f"{notes.ref(v.speed_note)} -" if v.speed is None and v.speed_note
+                           else _job_time(v, wide=wide)]))
     if wide:
         cells.append(v.speed.bound if v.speed else "-")
     if with_fix:

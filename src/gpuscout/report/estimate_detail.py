@@ -16,6 +16,7 @@ from gpuscout.estimator.efficiency import Efficiency
 from gpuscout.estimator.screen import GpuVerdict
 from gpuscout.estimator.speed.estimate import SpeedEstimate
 from gpuscout.report.colocate import colocation_detail
+from gpuscout.report.compat import compat_detail
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.numbers import (
@@ -53,6 +54,7 @@ def verdict_detail(v: GpuVerdict, notes: Footnotes, *, wide: bool = False) -> Re
                           style="dim"))
     elif v.speed_note:
         parts.append(Text(f"Speed: {v.speed_note}", style="yellow"))
+    parts += compat_detail(v.compat)
     return Group(*parts)
 
 

@@ -30,6 +30,7 @@ from gpuscout.estimator.fit import Suggestion
 from gpuscout.hardware.currency import USD, DisplayCurrency, ExchangeRate
 from gpuscout.report.bill_block import band_lines, bill_blocks, bill_parts, find_row, shown_band
 from gpuscout.report.calibration import calibration_block
+from gpuscout.report.compat import compat_lines, short_words
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.gpu_layout import layout_words
 from gpuscout.report.layout import label_column, number_column, plain, prose_column, some_ids
@@ -100,6 +101,7 @@ def pick_table(result: PickResult, *, wide: bool = False, top: int = TOP) -> Ren
                           style="dim"))
     if any(r.plan for r in rows):
         parts.append(Text(PLAN_CAPTION, style="dim"))
+    parts += compat_lines([r for r in rows if r.excluded is None])  # what "!" on a ranked row means
     if not wide:
         parts += excluded_lines(result.rows)
     parts += [Text(line, style="yellow") for line in unvouched_lines(result.rows)]  # placeholders, unknown risk
@@ -210,6 +212,8 @@ def _cells(row: PickRow, rank: int | None, notes: Footnotes, *, wide: bool, with
     offer.append(vouch_marks(row), style="yellow")
     if row.plan:
         offer.append(f"\nplan: {plan_words(row.plan)}", style="yellow")
+    if row.compat and row.excluded is None:  # priced with a fallback's slowdown, or runs under a condition
+        offer.append(f"\n! {short_words(row.compat)}", style="yellow")
     if row.excluded is not None:  # only `wide` keeps excluded offers in the table
         options = f"; {options_text(row.options)}" if row.options else ""
         excluded = Text(f"excluded {notes.ref(row.excluded + options)}", style="red")

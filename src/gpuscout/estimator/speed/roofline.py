@@ -19,6 +19,7 @@ from gpuscout.errors import SpecError
 from gpuscout.estimator.efficiency import Efficiency
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu
+from gpuscout.hardware.compat import host_staged_link_fraction
 
 Bound = Literal["compute", "memory", "communication"]
 
@@ -88,12 +89,17 @@ def phase(
 def link_bytes_per_s(gpu: Gpu, gpus: int) -> float:
     """NVLink when the GPU has it and it reaches every peer, else PCIe (catalog figures).
 
+    A GPU without peer-to-peer (GeForce) gets its PCIe rate cut to the host-staged fraction.
     NVLink *bridges* on PCIe cards join pairs only ("NVLink bridge 600 GB/s (2 GPUs)", docs/gpus.md §2);
     the H200 NVL bridge joins up to four. Beyond that, traffic crosses PCIe. One GPU sends nothing,
     so any positive rate serves (the memory bandwidth, for GPUs the catalog lists no link for).
     """
     if gpus <= 1:
         return gpu.nvlink_bytes_per_s or gpu.pcie_bytes_per_s or gpu.memory_bandwidth_bytes_per_s
+    if not gpu.peer_to_peer and gpu.pcie_bytes_per_s is not None:
+        # The driver refuses GPU-to-GPU copies (GeForce): NCCL stages each collective through host
+        # memory, measured at a fraction of the P2P rate (hardware/compat.toml [host_staged]).
+        return gpu.pcie_bytes_per_s * host_staged_link_fraction()
     text = gpu.interconnect.lower()
     reach = (4 if "4-way" in text else 2) if "bridge" in text and "nvlink" in text else gpus
     if gpu.nvlink_bytes_per_s is not None and gpus <= reach:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from gpuscout.documents.kinds import EstimateDoc
 from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.screen import GpuVerdict
+from gpuscout.report.compat import finding_text
 from gpuscout.report.html.parts import Html, figure, para, table
 from gpuscout.report.html.svg import Canvas, label
 from gpuscout.report.numbers import GIB, duration, gib, gib_number
@@ -23,7 +24,8 @@ def estimate_view(doc: EstimateDoc, canvas: Canvas) -> list[Html]:
                  f"{sum(v.fits for v in verdicts)} fit.")
     if not verdicts:
         return [intro]
-    return [intro, memory_plot(verdicts, canvas), _caption_notes(verdicts), verdict_table(verdicts)]
+    return [intro, memory_plot(verdicts, canvas), _caption_notes(verdicts), verdict_table(verdicts),
+            *compat_table(verdicts)]
 
 
 def memory_plot(verdicts: tuple[GpuVerdict, ...], canvas: Canvas) -> Html:
@@ -80,6 +82,15 @@ def verdict_table(verdicts: tuple[GpuVerdict, ...]) -> Html:
              gib_number(v.headroom_bytes), "fits" if v.fits else "does not fit", _job_time(v)] for v in verdicts]
     return table(["GPU", "name", "peak GiB", "usable GiB", "headroom GiB", "verdict", "job time"], rows,
                  numeric=(2, 3, 4))
+
+
+def compat_table(verdicts: tuple[GpuVerdict, ...]) -> list[Html]:
+    """Each GPU's compatibility findings (docs/compat.md): why it has no job time and the fix, or the
+    slower path its time is priced on, or the condition it runs under."""
+    cells = [[v.gpu_sku, v.speed_note if f.outcome == "excluded" and v.speed_note else finding_text(f)]
+             for v in verdicts for f in v.compat]
+    unique = [c for i, c in enumerate(cells) if c not in cells[:i]]  # two excluding rules share one note
+    return [table(["GPU", "will it run"], unique, caption="Compatibility findings")] if unique else []
 
 
 def _job_time(v: GpuVerdict) -> str:

@@ -12,6 +12,7 @@ from gpuscout.cost.trial_price import TrialAdvice
 from gpuscout.documents.kinds import PickDoc
 from gpuscout.hardware.currency import DisplayCurrency, from_usd
 from gpuscout.report.bill_block import BLOCKS, bill_block, shown_band
+from gpuscout.report.compat import finding_text
 from gpuscout.report.gpu_layout import layout_words
 from gpuscout.report.html.parts import Html, bullets, details, figure, para, shorten, table, tag
 from gpuscout.report.html.svg import Canvas, color, log_scale
@@ -38,7 +39,7 @@ def pick_view(doc: PickDoc, canvas: Canvas) -> list[Html]:
     parts = [intro]
     if any(r.runtime_s is not None and r.total_usd is not None for r in pick.rows):
         parts.append(cost_time_plot(pick.rows, pick.currency, canvas))
-    parts += [ranked_table(doc), *excluded_tables(excluded)]
+    parts += [ranked_table(doc), *compat_table(ranked), *excluded_tables(excluded)]
     notes = [*unvouched_lines(pick.rows),
              *(["Exchange rates: " + rates_text(pick.exchange_rates).removeprefix("Exchange rates used: ")]
                if pick.exchange_rates else []), *pick.warnings, *doc.notes]
@@ -102,6 +103,7 @@ def _tip(row: PickRow, shown: DisplayCurrency) -> str:
              f"total {shown_money(row.total_usd, shown)}, P95 {shown_money(row.total_p95_usd, shown)}"]
     if row.plan:
         lines.append(f"plan: {plan_words(row.plan)}")
+    lines += [finding_text(f) for f in row.compat if row.excluded is None]
     if row.excluded is not None:
         lines.append(f"excluded: {row.excluded}")
     return "\n".join(lines)
@@ -137,6 +139,18 @@ def _trial(advice: TrialAdvice | None, shown: DisplayCurrency) -> list[Html]:
     prose = " ".join(t.plain for t in lines if not t.plain.startswith("  "))
     commands = "\n".join(t.plain.strip() for t in lines if t.plain.startswith("  "))
     return [para(prose), *([tag("pre", commands)] if commands else [])] if lines else []
+
+
+def compat_table(rows: Sequence[PickRow]) -> list[Html]:
+    """Ranked offers priced with a fallback's slowdown or ranked under a condition: each finding once,
+    with its offers (docs/compat.md)."""
+    by_text: dict[str, list[PickRow]] = {}
+    for row in rows:
+        for f in row.compat:
+            by_text.setdefault(finding_text(f), []).append(row)
+    cells = [[text, f"{len(group):,}", _ids(group)] for text, group in by_text.items()]
+    return [table(["compatibility", "offers", "which"], cells, caption="Ranked with a compatibility finding",
+                  numeric=(1,))] if cells else []
 
 
 def excluded_tables(rows: Sequence[PickRow]) -> list[Html]:
