@@ -132,6 +132,7 @@ def default_pick(result: PickResult, *, top: int = TOP) -> RenderableType:
                           style="dim"))
     if any(r.plan for r in rows):
         parts.append(Text(PLAN_CAPTION, style="dim"))
+    parts += compat_lines([r for r in rows if r.excluded is None])  # what "!" on a ranked row means
     parts += trial_lines(result.trial, result.currency)
     parts += bill_blocks(result)
     parts += excluded_lines(result.rows)
@@ -172,6 +173,8 @@ def _default_cells(row: PickRow, result: PickResult) -> list[str | Text]:
         offer.append(f"\n{words}", style="dim")
     if row.plan:
         offer.append(f"\nplan: {plan_words(row.plan)}", style="yellow")
+    if row.compat and row.excluded is None:  # priced with a fallback's slowdown, or runs under a condition
+        offer.append(f"\n! {short_words(row.compat)}", style="yellow")
     runtime = Text(duration(row.runtime_s) if row.runtime_s is not None else "-")
     if row.runtime_low_s is not None and row.runtime_high_s is not None and row.runtime_high_s > row.runtime_low_s:
         runtime.append(f"\n{duration_band(row.runtime_low_s, row.runtime_high_s)}", style="dim")
