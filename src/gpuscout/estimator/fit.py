@@ -13,7 +13,10 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+from pydantic import Field
+
 from gpuscout.estimator.breakdown import MemoryBreakdown
+from gpuscout.estimator.margin import FITS, Band, judge_fit
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu
@@ -46,6 +49,9 @@ class Limits(Frozen):
 
 
     values: dict[str, int]
+    # The same with the error band's headroom kept (docs/estimator.md §2.15): the size to plan on;
+    # `values` is the unguarded one beside it. Empty when no band was given.
+    guarded: dict[str, int] = Field(default_factory=dict)
 
 
 class Candidate(NamedTuple):
@@ -385,10 +391,12 @@ def _heads(model: Model) -> int:
     return math.gcd(*(getattr(s, "num_attention_heads", 1) for s in shapes))
 
 
-def largest_fitting(job: Job, model: Model, gpu: Gpu, field: str, upper: int) -> int:
-    """Largest value of an integer job field in [1, upper] that fits (memory is monotone in it)."""
+def largest_fitting(job: Job, model: Model, gpu: Gpu, field: str, upper: int, band: Band | None = None) -> int:
+    """Largest value of an integer job field in [1, upper] that fits (memory is monotone in it); with
+    `band`, that fits with the band's headroom left (the verdict *fits*, not *tight*)."""
     def fits(value: int) -> bool:
-        return estimate_memory(_with_field(job, field, value), model, gpu).fits
+        b = estimate_memory(_with_field(job, field, value), model, gpu)
+        return b.fits if band is None else judge_fit(b.peak_bytes, b.usable_bytes, band) == FITS
 
     if not fits(1):
         return 0
@@ -415,14 +423,23 @@ def _with_field(job: Job, field: str, value: int) -> Job:
     return job.model_copy(update={field: value})
 
 
-def limits(job: Job, model: Model, gpu: Gpu) -> Limits:
-    """Inverse queries: the largest micro-batch / sequence / concurrency / context / batch that fits."""
-    values = {name: largest_fitting(job, model, gpu, name, upper) for name, upper in _limit_fields(job, model)}
+def limits(job: Job, model: Model, gpu: Gpu, band: Band | None = None) -> Limits:
+    """Inverse queries: the largest micro-batch / sequence / concurrency / context / batch that fits;
+    with `band`, also the largest that fits with the band's headroom left."""
+    values = _snap(job, {name: largest_fitting(job, model, gpu, name, upper)
+                         for name, upper in _limit_fields(job, model)})
+    guarded = {} if band is None else _snap(job, {name: largest_fitting(job, model, gpu, name, upper, band)
+                                                   for name, upper in _limit_fields(job, model)})
+    return Limits(values=values, guarded=guarded)
+
+
+def _snap(job: Job, values: dict[str, int]) -> dict[str, int]:
+    """Image sides to multiples of 8, video frames to the causal VAE's 4k + 1 grid."""
     if "side_px" in values:
         values["side_px"] = values["side_px"] // 8 * 8
     if "frames" in values and isinstance(job, VideoJob) and values["frames"]:
         values["frames"] = (values["frames"] - 1) // 4 * 4 + 1
-    return Limits(values=values)
+    return values
 
 
 def _limit_fields(job: Job, model: Model) -> Iterator[tuple[str, int]]:

@@ -16,6 +16,7 @@ from gpuscout.estimator.fit import (
     suggest_changes,
 )
 from gpuscout.estimator.host import HostNeeds, estimate_host
+from gpuscout.estimator.margin import FITS, Band, band_for, judge_fit
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.speed.estimate import SpeedEstimate, estimate_speed
 from gpuscout.frozen import Frozen
@@ -38,6 +39,9 @@ class GpuVerdict(Frozen):
     speed: SpeedEstimate | None  # None when this GPU cannot run the job's precision at all
     speed_note: str | None = None  # why `speed` is None: the speed model's reason, shown in place of a time
     colocation: Colocation | None = None  # co-served models: the split of the GPU, each model's limit
+    # fits / tight / does not fit, against the estimator's error band (estimator/margin.py)
+    fit_verdict: str = FITS
+    band: Band | None = None
 
 
 class Screening(Frozen):
@@ -48,19 +52,22 @@ class Screening(Frozen):
     host: HostNeeds | None = None  # host RAM and disk of the job as written (docs/estimator.md §2.13)
 
 
-def screen(job: Job, model: Model, gpus: Sequence[Gpu]) -> Screening:
+def screen(job: Job, model: Model, gpus: Sequence[Gpu], margin_pct: float | None = None) -> Screening:
+    """`margin_pct`: the user's --margin, in place of the validated error band."""
+    band = band_for(job, margin_pct)
     return Screening(job_name=job.name, job_kind=job.kind, model_name=model.name,
-                     verdicts=tuple(judge(job, model, gpu) for gpu in gpus), host=estimate_host(job, model))
+                     verdicts=tuple(judge(job, model, gpu, band) for gpu in gpus), host=estimate_host(job, model))
 
 
-def judge(job: Job, model: Model, gpu: Gpu) -> GpuVerdict:
+def judge(job: Job, model: Model, gpu: Gpu, band: Band | None = None) -> GpuVerdict:
+    band = band if band is not None else band_for(job)
     breakdown = estimate_memory(job, model, gpu)
     fits = breakdown.fits
     spread = _is_spread(job)
     speed, speed_note = _speed(job, model, gpu)
     return GpuVerdict(
         gpu_sku=gpu.sku, gpu_name=gpu.name, breakdown=breakdown, fits=fits,
-        headroom_bytes=breakdown.headroom_bytes, limits=limits(job, model, gpu),
+        headroom_bytes=breakdown.headroom_bytes, limits=limits(job, model, gpu, band),
         suggestions=() if fits else suggest_changes(job, model, gpu),
         plan=() if fits else combined_plan(job, model, gpu),
         peak_by_gpu_count={n: b.peak_bytes for n, b in fit_over_gpu_counts(job, model, gpu).items()}
@@ -68,6 +75,7 @@ def judge(job: Job, model: Model, gpu: Gpu) -> GpuVerdict:
         speed=speed, speed_note=speed_note,
         colocation=colocation(job, model, gpu) if isinstance(job, InferenceJob) and job.co_served
         and isinstance(model, ModelShape) else None,
+        fit_verdict=judge_fit(breakdown.peak_bytes, breakdown.usable_bytes, band), band=band,
     )
 
 
