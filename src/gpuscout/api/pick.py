@@ -40,7 +40,8 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
          dataset_url: str | None = None, dataset_egress_per_gb: float | None = None,
          dataset_gbps: float | None = None, calibration: Calibration | str | Path | None = None,
          use_calibration: bool = True, load_results: Sequence[str | Path | BenchResult] = (),
-         target_rps: float | None = None, doctor_results: Sequence[str | Path | BenchResult] = ()) -> PickReport:
+         target_rps: float | None = None, doctor_results: Sequence[str | Path | BenchResult] = (),
+         margin_pct: float | None = None) -> PickReport:
     """Rank the offers of a price sheet (the bundled example sheet by default) by total job cost.
 
     Where the job as written does not fit an offer, it is ranked under a plan of changes that keep
@@ -73,12 +74,16 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
                        egress_usd_per_gb=dataset_egress_per_gb, gbps=dataset_gbps)
     if data is not None:
         options = (options or CostOptions()).model_copy(update={"data": data})
+    if margin_pct is not None:
+        from gpuscout.estimator.margin import check_margin_pct
+
+        check_margin_pct(margin_pct)
     used, used_path = calibration_of(calibration, use_calibration)
     capacities = _capacities(the_job, load_results, target_rps)
     with calibrated(used):
         result = rank_offers(the_job, model, sheet.offers, rates=rates, deadline_s=deadline_s,
                              budget_usd=budget_usd, today=day, options=options, as_written=as_written, currency=shown,
-                             capacities=capacities, target_rps=target_rps)
+                             capacities=capacities, target_rps=target_rps, margin_pct=margin_pct)
     return PickReport(job=the_job, pick=result, offers_notes=tuple(notes), calibration=used,
                       calibration_path=used_path)
 

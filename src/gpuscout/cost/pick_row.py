@@ -56,6 +56,11 @@ class PickRow(OfferFacts):
     plan: tuple[Suggestion, ...] = ()  # changes that keep the task, applied so that it fits (empty: as written)
     options: tuple[Suggestion, ...] = ()  # changes that alter the task, offered (never applied) when unfit
     machine: MachineCheck | None = None  # the host: RAM, vCPUs, disk and the dataset's pull (docs/cost.md §2.14)
+    # fits / tight / does not fit against the estimator's error band (estimator/margin.py). A tight row
+    # is ranked but marked; oom_risk_usd is what an out-of-memory first attempt would add to its bill
+    # (a billed failed start + the fallback plan's total − this total; docs/cost.md §2.16).
+    fit_verdict: str = "fits"
+    oom_risk_usd: float = 0.0
 
 
 def row_base(offer: Offer, today: date) -> dict[str, object]:

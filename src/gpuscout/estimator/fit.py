@@ -109,11 +109,18 @@ def combined_plan(job: Job, model: Model, gpu: Gpu) -> tuple[Suggestion, ...]:
     return plan_keeping_task(job, model, gpu) or _plan(job, model, gpu, candidates(job, model, gpu))
 
 
-def plan_keeping_task(job: Job, model: Model, gpu: Gpu, *, same_gpus: bool = False) -> tuple[Suggestion, ...]:
+def plan_keeping_task(job: Job, model: Model, gpu: Gpu, *, same_gpus: bool = False,
+                      band: Band | None = None) -> tuple[Suggestion, ...]:
     """Only changes that keep the task; `same_gpus` also leaves the GPU count and parallelism alone
-    (`pick` lays the job out on an instance's GPUs itself). Empty if they never make it fit."""
+    (`pick` lays the job out on an instance's GPUs itself). Empty if they never make it fit. With
+    `band`, the plan must leave the band's headroom (the verdict *fits*, not *tight*)."""
     keep = [c for c in candidates(job, model, gpu, more_gpus=not same_gpus) if c.keeps_task]
-    return _plan(job, model, gpu, keep)
+    return _plan(job, model, gpu, keep, band)
+
+
+def _ok(b: MemoryBreakdown, band: Band | None) -> bool:
+    """Fits; with a band, fits with the band's headroom left."""
+    return b.fits if band is None else judge_fit(b.peak_bytes, b.usable_bytes, band) == FITS
 
 
 def task_changing_options(job: Job, model: Model, gpu: Gpu) -> tuple[Suggestion, ...]:
@@ -122,7 +129,8 @@ def task_changing_options(job: Job, model: Model, gpu: Gpu) -> tuple[Suggestion,
     return _single(job, model, gpu, pool)
 
 
-def _plan(job: Job, model: Model, gpu: Gpu, pool: Sequence[Candidate]) -> tuple[Suggestion, ...]:
+def _plan(job: Job, model: Model, gpu: Gpu, pool: Sequence[Candidate],
+          band: Band | None = None) -> tuple[Suggestion, ...]:
     """Apply changes cumulatively, cheapest first, until the job fits; then drop the dearest steps
     the fit does not need (a later step can make an earlier one unnecessary). Empty if never."""
     taken: list[Candidate] = []
@@ -133,17 +141,17 @@ def _plan(job: Job, model: Model, gpu: Gpu, pool: Sequence[Candidate]) -> tuple[
             continue
         current, before = apply_edits(current, c.edits), after.peak_bytes
         taken.append(c)
-        if after.fits:
-            return _steps(job, model, gpu, _prune(job, model, gpu, taken))
+        if _ok(after, band):
+            return _steps(job, model, gpu, _prune(job, model, gpu, taken, band))
     return ()
 
 
-def _prune(job: Job, model: Model, gpu: Gpu, taken: list[Candidate]) -> list[Candidate]:
+def _prune(job: Job, model: Model, gpu: Gpu, taken: list[Candidate], band: Band | None = None) -> list[Candidate]:
     """Try leaving out each step but the last (which made it fit), dearest first."""
     kept = list(taken)
     for c in reversed(taken[:-1]):
         rest = [k for k in kept if k is not c]
-        if estimate_memory(_apply_all(job, rest), model, gpu).fits:
+        if _ok(estimate_memory(_apply_all(job, rest), model, gpu), band):
             kept = rest
     return kept
 

@@ -133,7 +133,13 @@ def band_for(job: Job, margin_pct: float | None = None, margins: Margins | None 
 
 def guarded_peak_limit(usable_bytes: int, band: Band) -> int:
     """The largest estimated peak that still *fits* (not *tight*) in `usable_bytes` under `band`."""
-    return int(usable_bytes / (1.0 + band.fraction))
+    peak = int(usable_bytes / (1.0 + band.fraction))
+    # The division rounds either way in floating point; step to the exact edge judge_fit draws.
+    while judge_fit(peak + 1, usable_bytes, band) == FITS:
+        peak += 1
+    while peak > 0 and judge_fit(peak, usable_bytes, band) != FITS:
+        peak -= 1
+    return peak
 
 
 def judge_fit(peak_bytes: int, usable_bytes: int, band: Band) -> Verdict:

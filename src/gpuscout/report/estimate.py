@@ -16,9 +16,10 @@ from rich.text import Text
 
 from gpuscout.estimator.breakdown import MemoryBreakdown, bytes_by_category
 from gpuscout.estimator.calibration import Calibration
+from gpuscout.estimator.margin import NO_FIT, TIGHT
 from gpuscout.estimator.screen import GpuVerdict, Screening
 from gpuscout.report.calibration import calibration_block
-from gpuscout.report.estimate_detail import verdict_detail
+from gpuscout.report.estimate_detail import band_words, verdict_detail
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, one_line, plain, prose_column
 from gpuscout.report.machine import host_table
@@ -50,7 +51,16 @@ def screening_table(screening: Screening, notes: Footnotes, *, wide: bool = Fals
         prose_column(table, "cheapest fix")
     for v in screening.verdicts:
         table.add_row(*_cells(v, limit_names, notes, wide=wide, with_fix=with_fix))
-    return Group(Text(title, style="bold"), table, Text(CAPTION, style="dim"))
+    return Group(Text(title, style="bold"), table, Text(CAPTION, style="dim"), *tight_note(screening))
+
+
+def tight_note(screening: Screening) -> list[Text]:
+    """One line under the table when a GPU is *tight*: what the band is and where it comes from."""
+    tight = [v for v in screening.verdicts if v.fit_verdict == TIGHT]
+    if not tight:
+        return []
+    band = tight[0].band
+    return [Text(band_words(band), style="yellow")] if band is not None else []
 
 
 def _cells(v: GpuVerdict, limit_names: list[str], notes: Footnotes, *, wide: bool,
@@ -80,7 +90,9 @@ def _job_time(v: GpuVerdict, *, wide: bool) -> str:
 
 
 def _fit_mark(v: GpuVerdict) -> Text:
-    return Text("yes", style="bold green") if v.fits else Text("no", style="bold red")
+    if v.fit_verdict == NO_FIT or not v.fits:
+        return Text("no", style="bold red")
+    return Text("tight", style="bold yellow") if v.fit_verdict == TIGHT else Text("yes", style="bold green")
 
 
 def _fix_cell(v: GpuVerdict, notes: Footnotes) -> Text:
