@@ -45,7 +45,8 @@ def verdict_detail(v: GpuVerdict, notes: Footnotes, *, wide: bool = False) -> Re
         parts.append(suggestion_table(v))
     if v.band is not None and v.fits:
         parts.append(Text(band_words(v.band) if v.fit_verdict == TIGHT else
-                          f"fits with margin: the headroom covers the error band, {v.band.basis}.",
+                          f"fits with margin: the headroom covers the error band ({v.band.basis.split(':')[0]}; "
+                          "docs/estimator.md §2.15).",
                           style="yellow" if v.fit_verdict == TIGHT else "green"))
     if v.limits.guarded:
         parts.append(Text(f"Largest that fits with the band's headroom: {limits_text(v.limits.guarded)}"))

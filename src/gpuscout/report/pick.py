@@ -92,6 +92,8 @@ def pick_table(result: PickResult, *, wide: bool = False, top: int = TOP) -> Ren
                           style="dim"))
     if any(r.plan for r in rows):
         parts.append(Text(PLAN_CAPTION, style="dim"))
+    if any(r.fit_verdict == "tight" and r.excluded is None for r in rows):
+        parts.append(Text(TIGHT_CAPTION, style="dim"))
     if not wide:
         parts += excluded_lines(result.rows)
     parts += machine_lines(result.rows, result.currency)  # the dataset's pull, extra disk, unstated host facts
@@ -123,6 +125,7 @@ def _cells(row: PickRow, rank: int | None, notes: Footnotes, *, wide: bool, with
     offer.append(f"{row.provider} {row.tier}, {_gpus(row)}", style="dim")  # two lines, each cut, never wrapped
     if row.plan:
         offer.append(f"\nplan: {plan_words(row.plan)}", style="yellow")
+    offer.append(tight_words(row, shown), style="yellow")
     if row.excluded is not None:  # only `wide` keeps excluded offers in the table
         options = f"; {options_text(row.options)}" if row.options else ""
         excluded = Text(f"excluded {notes.ref(row.excluded + options)}", style="red")
@@ -137,6 +140,18 @@ def _cells(row: PickRow, rank: int | None, notes: Footnotes, *, wide: bool, with
     if wide:
         cells += [row.bound or "", f"{row.observed_at}" + (" (stale)" if row.stale else "")]
     return cells
+
+
+TIGHT_CAPTION = ("tight: ranked, but the headroom is inside the estimator's error band (docs/estimator.md §2.15); "
+                 "OOM risk: what running out of memory on the first try adds, a billed failed start and the "
+                 "fallback plan (docs/cost.md §2.15); --margin PCT sets the band")
+
+
+def tight_words(row: PickRow, shown: DisplayCurrency = USD) -> str:
+    """'\ntight: OOM risk +$3.10' under a tight row's offer; '' otherwise."""
+    if row.fit_verdict != "tight" or row.excluded is not None:
+        return ""
+    return f"\ntight: OOM risk +{shown_money(row.oom_risk_usd, shown)}"
 
 
 def _gpus(row: PickRow) -> str:
