@@ -62,6 +62,8 @@ SCREENS: dict[str, Callable[[], RenderableType]] = {
     "estimate-rtx-4090": _estimate(samples.estimate_rtx4090),
     "estimate-serving-h100": _estimate(samples.estimate_serving),
     "pick": _pick,
+    "estimate-tight": lambda: estimate_screen(samples.estimate_tight().screening, detailed=False),
+    "pick-tight": lambda: pick_screen(samples.pick_tight().pick),
     "compare": _compare,
     "bench": lambda: bench_screen(samples.bench_demo(), None, Path("results/demo-h100.json")),
     "load": _load,

@@ -65,7 +65,7 @@ MAX_TOTAL_USD = 1e12
 # A tight layout gives way to a plan that leaves the error band's headroom when that plan's runtime is
 # at most this much longer. "Little": 5% is inside every speed band (training 0.75–1.6 ×, the
 # narrowest, decode, 0.8–1.4 ×, docs/estimator.md §3.8), so the ranking could not tell the two apart
-# anyway, while an out-of-memory first attempt costs a failed start and the rerun (docs/cost.md §2.16).
+# anyway, while an out-of-memory first attempt costs a failed start and the rerun (docs/cost.md §2.15).
 MARGIN_PLAN_LITTLE = 0.05
 
 

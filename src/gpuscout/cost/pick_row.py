@@ -58,7 +58,7 @@ class PickRow(OfferFacts):
     machine: MachineCheck | None = None  # the host: RAM, vCPUs, disk and the dataset's pull (docs/cost.md §2.14)
     # fits / tight / does not fit against the estimator's error band (estimator/margin.py). A tight row
     # is ranked but marked; oom_risk_usd is what an out-of-memory first attempt would add to its bill
-    # (a billed failed start + the fallback plan's total − this total; docs/cost.md §2.16).
+    # (a billed failed start + the fallback plan's total − this total; docs/cost.md §2.15).
     fit_verdict: str = "fits"
     oom_risk_usd: float = 0.0
 

@@ -13,6 +13,7 @@ from gpuscout.estimator.fit import (
     combined_plan,
     fit_over_gpu_counts,
     limits,
+    plan_keeping_task,
     suggest_changes,
 )
 from gpuscout.estimator.host import HostNeeds, estimate_host
@@ -34,7 +35,8 @@ class GpuVerdict(Frozen):
     headroom_bytes: int
     limits: Limits
     suggestions: tuple[Suggestion, ...]  # single changes, cheapest first (only when it does not fit)
-    plan: tuple[Suggestion, ...]  # cumulative changes that make it fit (only when it does not fit)
+    plan: tuple[Suggestion, ...]  # cumulative changes that make it fit (only when it does not fit); when it
+    # is tight, the task-keeping changes that leave the error band's headroom (empty if none do)
     peak_by_gpu_count: dict[int, int]  # sharded / tensor-parallel jobs: per-GPU peak at each count
     speed: SpeedEstimate | None  # None when this GPU cannot run the job's precision at all
     speed_note: str | None = None  # why `speed` is None: the speed model's reason, shown in place of a time
@@ -69,7 +71,7 @@ def judge(job: Job, model: Model, gpu: Gpu, band: Band | None = None) -> GpuVerd
         gpu_sku=gpu.sku, gpu_name=gpu.name, breakdown=breakdown, fits=fits,
         headroom_bytes=breakdown.headroom_bytes, limits=limits(job, model, gpu, band),
         suggestions=() if fits else suggest_changes(job, model, gpu),
-        plan=() if fits else combined_plan(job, model, gpu),
+        plan=_plan(job, model, gpu, breakdown, band),
         peak_by_gpu_count={n: b.peak_bytes for n, b in fit_over_gpu_counts(job, model, gpu).items()}
         if spread else {},
         speed=speed, speed_note=speed_note,
@@ -77,6 +79,15 @@ def judge(job: Job, model: Model, gpu: Gpu, band: Band | None = None) -> GpuVerd
         and isinstance(model, ModelShape) else None,
         fit_verdict=judge_fit(breakdown.peak_bytes, breakdown.usable_bytes, band), band=band,
     )
+
+
+def _plan(job: Job, model: Model, gpu: Gpu, breakdown: MemoryBreakdown, band: Band) -> tuple[Suggestion, ...]:
+    """Not fitting: the cheapest plan that fits. Tight: the task-keeping plan that leaves the band's headroom."""
+    if not breakdown.fits:
+        return combined_plan(job, model, gpu)
+    if judge_fit(breakdown.peak_bytes, breakdown.usable_bytes, band) == FITS:
+        return ()
+    return plan_keeping_task(job, model, gpu, band=band)
 
 
 def _speed(job: Job, model: Model, gpu: Gpu) -> tuple[SpeedEstimate | None, str | None]:

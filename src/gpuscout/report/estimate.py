@@ -37,7 +37,7 @@ def screening_table(screening: Screening, notes: Footnotes, *, wide: bool = Fals
     title = f"{screening.job_name} — {screening.model_name} ({screening.job_kind}): memory and speed per GPU"
     table = Table()
     limit_names = list(screening.verdicts[0].limits.values) if wide and screening.verdicts else []
-    with_fix = any(not v.fits for v in screening.verdicts)
+    with_fix = any(not v.fits or v.plan for v in screening.verdicts)
     label_column(table, "GPU")
     for header in ("usable\nGiB", "peak\nGiB", "headroom\nGiB"):
         number_column(table, header)
@@ -105,7 +105,7 @@ def _fix_cell(v: GpuVerdict, notes: Footnotes) -> Text:
 
 def _cheapest_fix(v: GpuVerdict) -> tuple[str, str]:
     """The job-spec edits that make the job fit, and the same in words ('' when it fits)."""
-    if v.fits:
+    if v.fits and not v.plan:  # fits, or tight with no plan that leaves margin
         return "", ""
     if v.plan:
         changes = "" if all(s.keeps_task for s in v.plan) else " (changes the task)"

@@ -43,6 +43,9 @@ def verdict_detail(v: GpuVerdict, notes: Footnotes, *, wide: bool = False) -> Re
             for n, p in v.peak_by_gpu_count.items())))
     if v.suggestions:
         parts.append(suggestion_table(v))
+    elif v.plan and v.fits:  # tight: the plan that leaves the band's headroom
+        parts.append(Text("Plan that leaves the band's headroom (keeps the task): "
+                          + " → ".join(s.change for s in v.plan), style="yellow"))
     if v.band is not None and v.fits:
         parts.append(Text(band_words(v.band) if v.fit_verdict == TIGHT else
                           f"fits with margin: the headroom covers the error band ({v.band.basis.split(':')[0]}; "
