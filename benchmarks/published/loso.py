@@ -16,6 +16,10 @@ The constants refitted here, the points each is fitted on and the rule:
   coordinate descent from the committed values. Where no point of the fitting category is left,
   there is nothing to fit and the point keeps no LOSO figure (the report says so).
 
+  Only the constants a source informed (its points' `informs` field) are refitted without it: a
+  constant set by hand without ever seeing a source is already a fit without that source, so the
+  committed value is its LOSO value there.
+
 The committed constants were set by hand from those runs, not by this rule, so the report also prints
 what the rule gives on every source: how far the hand-set value is from the rule's own fit.
 
