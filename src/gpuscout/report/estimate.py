@@ -27,6 +27,7 @@ from gpuscout.report.numbers import duration, duration_band, exact, gib_number, 
 from gpuscout.trace.llm import TraceResult
 
 CAPTION = "GiB = 2^30 bytes; usable = what the GPU shows (nvidia-smi total where known)"
+LIMITS_CAPTION = "max: the largest that fits with the error band's headroom (unguarded in brackets)"
 
 
 def screening_table(screening: Screening, notes: Footnotes, *, wide: bool = False) -> RenderableType:
@@ -51,7 +52,8 @@ def screening_table(screening: Screening, notes: Footnotes, *, wide: bool = Fals
         prose_column(table, "cheapest fix")
     for v in screening.verdicts:
         table.add_row(*_cells(v, limit_names, notes, wide=wide, with_fix=with_fix))
-    return Group(Text(title, style="bold"), table, Text(CAPTION, style="dim"), *tight_note(screening))
+    limits_note = [Text(LIMITS_CAPTION, style="dim")] if limit_names else []
+    return Group(Text(title, style="bold"), table, Text(CAPTION, style="dim"), *limits_note, *tight_note(screening))
 
 
 def tight_note(screening: Screening) -> list[Text]:
@@ -67,7 +69,7 @@ def _cells(v: GpuVerdict, limit_names: list[str], notes: Footnotes, *, wide: boo
            with_fix: bool) -> list[str | Text]:
     cells: list[str | Text] = [v.gpu_sku, gib_number(v.breakdown.usable_bytes), gib_number(v.breakdown.peak_bytes),
                                Text(gib_number(v.headroom_bytes), style="green" if v.fits else "red"), _fit_mark(v)]
-    cells += [limit_value(v.limits.values[n]) for n in limit_names]
+    cells += [_limit_cell(v, n) for n in limit_names]
     # No speed at all (bf16 on a V100, a multi-GPU job on a GH200): the reason is a footnote.
     cells.append(f"{notes.ref(v.speed_note)} -" if v.speed is None and v.speed_note else _job_time(v, wide=wide))
     if wide:
@@ -75,6 +77,15 @@ def _cells(v: GpuVerdict, limit_names: list[str], notes: Footnotes, *, wide: boo
     if with_fix:
         cells.append(_fix_cell(v, notes))
     return cells
+
+
+def _limit_cell(v: GpuVerdict, name: str) -> str:
+    """The largest size with the error band's headroom, and the unguarded one beside it when larger."""
+    unguarded = v.limits.values[name]
+    guarded = v.limits.guarded.get(name, unguarded)
+    if guarded == unguarded:
+        return limit_value(unguarded)
+    return f"{limit_value(guarded)} ({limit_value(unguarded)})"
 
 
 def limit_value(value: int) -> str:
