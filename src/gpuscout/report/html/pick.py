@@ -12,7 +12,16 @@ from gpuscout.hardware.currency import DisplayCurrency, from_usd
 from gpuscout.report.html.parts import Html, bullets, details, figure, para, shorten, table, tag
 from gpuscout.report.html.svg import Canvas, color, log_scale
 from gpuscout.report.numbers import duration, duration_band
-from gpuscout.report.pick import TOP, plan_words, rates_text, shown_money, shown_rows, unit_costs
+from gpuscout.report.pick import (
+    TIGHT_CAPTION,
+    TOP,
+    plan_words,
+    rates_text,
+    shown_money,
+    shown_rows,
+    tight_words,
+    unit_costs,
+)
 from gpuscout.units import HOUR_S
 
 if TYPE_CHECKING:
@@ -95,6 +104,8 @@ def _tip(row: PickRow, shown: DisplayCurrency) -> str:
              f"total {shown_money(row.total_usd, shown)}, P95 {shown_money(row.total_p95_usd, shown)}"]
     if row.plan:
         lines.append(f"plan: {plan_words(row.plan)}")
+    if tight_words(row, shown):
+        lines.append(tight_words(row, shown).strip())
     if row.excluded is not None:
         lines.append(f"excluded: {row.excluded}")
     return "\n".join(lines)
@@ -106,7 +117,8 @@ def ranked_table(doc: PickDoc) -> Html:
     cells = [[str(i + 1), Html(tag("strong", r.offer_id) if r.pareto else tag("span", r.offer_id)),
               f"{r.provider}, {r.tier}", _gpus(r), _runtime(r), shown_money(r.total_usd, pick.currency),
               shown_money(r.total_p95_usd, pick.currency), shorten(unit_costs(r.unit_costs_usd, pick.currency), 60),
-              "" if r.slo_met is None else ("yes" if r.slo_met else "no"), plan_words(r.plan) if r.plan else "",
+              "" if r.slo_met is None else ("yes" if r.slo_met else "no"),
+              "; ".join(x for x in (plan_words(r.plan) if r.plan else "", tight_words(r, pick.currency).strip()) if x),
               f"{r.observed_at}{' (stale)' if r.stale else ''}"] for i, r in enumerate(rows)]
     caption = f"Ranked offers ({pick.currency.code}; bold: on the Pareto frontier)"
     out = [table(["#", "offer", "provider", "GPUs", "job time", "total", "P95", "per unit", "SLO", "plan",
@@ -114,6 +126,8 @@ def ranked_table(doc: PickDoc) -> Html:
     if hidden:
         out.append(para(f"… {hidden:,} more ranked offers not shown (`gpuscout pick --json` has every row).",
                         class_="note"))
+    if any(r.fit_verdict == "tight" and r.excluded is None for r in rows):
+        out.append(para(TIGHT_CAPTION, class_="note"))
     return Html("".join(out))
 
 
