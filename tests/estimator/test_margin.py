@@ -175,3 +175,26 @@ def test_a_row_that_fits_with_margin_carries_no_risk() -> None:
     job, model = _at_one_percent()
     r = pick(job, model, [offer_5090()], today=TODAY).rows[0]
     assert r.fit_verdict == FITS and r.oom_risk_usd == 0.0
+
+
+def test_the_margin_flag_from_the_command_line(tmp_path: Any) -> None:
+    """A real `gpuscout estimate` run: --margin out of range is a three-part error, not a traceback;
+    --margin 60 makes an H100 with 60% headroom on the default job tight."""
+    import os
+    import subprocess
+    import sys
+
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "COLUMNS": "80"}
+    bad = subprocess.run([sys.executable, "-m", "gpuscout", "estimate", "--gpu", "h100-sxm", "--margin", "600"],
+                         capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert "--margin 600 is out of range" in bad.stderr + bad.stdout and "To fix:" in bad.stderr + bad.stdout
+    job, model, _ = job_and_model(None)
+    b = estimate_memory(job, model, find_gpu("h100-sxm"))
+    share = b.headroom_bytes / b.peak_bytes * 100  # the headroom as % of the peak (about 60%)
+    for margin, shown in ((share - 1, "yes"), (share + 1, "tight")):
+        done = subprocess.run([sys.executable, "-m", "gpuscout", "estimate", "--gpu", "h100-sxm", "--margin",
+                               f"{margin:.2f}"], capture_output=True, text=True, env=env, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr
+        row = next(line for line in done.stdout.splitlines() if line.startswith("│ h100-sxm5-80gb"))
+        assert f"│ {shown} " in row
