@@ -1,7 +1,7 @@
 """gpuscout (and its peers) against published measurements: validation/published/*.toml → validation/published.md.
 
 Run: .venv/bin/python benchmarks/published_error.py [--out validation/published.md] [--json F]
-         [--baseline-src DIR --baseline-label L] [--no-peers]
+         [--baseline-src DIR --baseline-label L] [--no-peers] [--write-margins [PATH]]
 
 1. Loads every point of validation/published/*.toml and checks its format; a malformed point is
    reported by file and id (on stderr and in the report) and the run goes on without it.
@@ -29,10 +29,13 @@ Run: .venv/bin/python benchmarks/published_error.py [--out validation/published.
    A job the spec cannot express (it does not parse, or its notes say "inexpressible: ...") is
    listed with the reason and left out of the medians. Any failure is listed, and the run goes on.
 3. Error = estimate / measured − 1; per category: points, median |error|, worst error and the share
-   in the unsafe direction, over the points marked certain.
+   in the unsafe direction, over the points marked certain; each also leave-one-source-out
+   (published/loso.py: every constant a source informed refitted without it).
 4. Runs the peers (accelerate, llm-analysis, hf-mem; published/peers.py) on the same points.
 5. With --baseline-src DIR, also runs gpuscout from DIR/src in a subprocess ("before" column).
-6. Writes the markdown atomically; --json writes every row.
+6. Writes the markdown atomically; --json writes every row; --write-margins writes the error bands
+   (published/margins.py) to src/gpuscout/estimator/margins.toml, which `estimate` and `pick` judge
+   fits with.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))  # the published/ helpers beside this script
 
-from published import calibrate  # noqa: E402
+from published import calibrate, loso, margins  # noqa: E402
 from published.gpuscout_side import estimate_point  # noqa: E402
 from published.peers import INSTALL, PEERS, available, run_peer  # noqa: E402
 from published.points import CATEGORIES, Point, PointFormatError, load_points  # noqa: E402
@@ -64,6 +67,7 @@ __all__ = ["CATEGORIES", "check_gpus", "estimate_point", "load_points", "main"] 
 
 POINTS_DIR = ROOT / "validation" / "published"
 DEFAULT_OUT = ROOT / "validation" / "published.md"
+MARGINS_OUT = ROOT / "src" / "gpuscout" / "estimator" / "margins.toml"
 SIDE_SCRIPT = HERE / "published" / "gpuscout_side.py"
 PACKAGES = ("gpuscout", "torch", "transformers", "diffusers", "peft", "accelerate", "llm-analysis", "hf-mem")
 
@@ -133,7 +137,8 @@ def write_atomically(path: Path, text: str) -> None:
 def rows_json(rows: Sequence[Row]) -> list[dict[str, Any]]:
     return [{"id": r.point.id, "category": r.point.category, "gpu": r.point.gpu, "quantity": r.point.quantity,
              "measured": r.point.measured, "certain": r.point.certain, "counted": r.counted,
-             "inexpressible": r.inexpressible, "gpuscout": r.after, "error": r.err(), "before": r.before,
+             "inexpressible": r.inexpressible, "gpuscout": r.after, "error": r.err(), "loso": r.loso,
+             "loso_error": r.err("loso"), "source_key": loso.source_key(r.point.source), "before": r.before,
              "before_error": r.err("before"), "calibrated": r.calibrated,
              "peers": {k: {"value": v.value, "note": v.note, "failed": v.failed, "error": r.peer_err(k)}
                        for k, v in r.peers.items()}} for r in rows]
@@ -147,6 +152,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--baseline-src", type=Path, default=None, help="another gpuscout source tree (before)")
     parser.add_argument("--baseline-label", default=None, help="what to call the baseline (default: its commit)")
     parser.add_argument("--no-peers", action="store_true", help="skip accelerate, llm-analysis and hf-mem")
+    parser.add_argument("--write-margins", type=Path, nargs="?", const=MARGINS_OUT, default=None,
+                        help=f"also write the error bands (default {MARGINS_OUT.relative_to(ROOT)})")
     return parser.parse_args(argv)
 
 
@@ -168,6 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for row in rows:
             row.before = before.get(row.point.id)
     calibrated = calibrate.apply(rows)
+    loso_result = loso.apply(rows)
     header = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "gpuscout commit": git_short(ROOT),
@@ -179,8 +187,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.baseline_src is not None:
         header["before"] = args.baseline_label or f"gpuscout {git_short(args.baseline_src)}"
     text = markdown(rows, header, peers, peer_notes, args.baseline_src is not None, calibrated,
-                    [str(e) for e in errors])
+                    [str(e) for e in errors], loso_result)
     write_atomically(args.out, text)
+    if args.write_margins is not None:
+        derivation = margins.derivation_header(header["command"], header["date"], header["gpuscout commit"], rows)
+        write_atomically(args.write_margins, margins.to_toml(margins.derive(rows), derivation))
+        print(f"wrote {args.write_margins}")
     if args.json is not None:
         write_atomically(args.json, json.dumps(rows_json(rows), indent=1) + "\n")
     print(f"wrote {args.out} ({len(rows)} points, {sum(r.counted for r in rows)} counted)")

@@ -242,7 +242,10 @@ SPEED_METRICS = {
 
 
 def _speed(quantity: str, job: Any, model: Any, gpu: Any) -> tuple[float, str]:
-    from gpuscout.estimator.speed.estimate import estimate_speed
+    try:
+        from gpuscout.estimator.speed.estimate import estimate_speed
+    except ImportError:  # a gpuscout from before the speed model became a package (--baseline-src)
+        from gpuscout.estimator.speed import estimate_speed  # type: ignore[attr-defined,no-redef]
 
     estimate = estimate_speed(job, model, gpu)
     if job.kind == "image" and quantity == "s_per_it":

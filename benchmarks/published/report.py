@@ -45,6 +45,8 @@ class Row:
     before: dict[str, Any] | None = None
     peers: dict[str, PeerResult] = field(default_factory=dict)
     calibrated: float | None = None  # leave-one-out calibrated speed estimate, where available
+    loso: float | None = None  # the estimate under constants fitted without this point's source (loso.py)
+    loso_note: str = ""  # why there is no LOSO estimate, where there is none
 
     @property
     def inexpressible(self) -> str | None:
@@ -64,6 +66,8 @@ class Row:
         return self.point.certain and self.inexpressible is None and self.after["status"] == "ok"
 
     def err(self, which: str = "after") -> float | None:
+        if which == "loso":
+            return error(self.loso, self.point.measured)
         result = self.after if which == "after" else self.before
         if not result or result.get("status") != "ok":
             return None
@@ -161,18 +165,19 @@ def _estimated(row: Row) -> str:
 
 
 def summary_table(rows: Sequence[Row], baseline: bool, peers: Sequence[str], calibrated: bool) -> list[str]:
-    head = ["category", "points", "median \\|err\\|", "held out", "worst", "unsafe"]
+    head = ["category", "points", "median \\|err\\|", "LOSO", "held out", "worst", "LOSO worst", "unsafe (LOSO)"]
     if baseline:
         head[2:2] = ["before"]
     head += list(peers)
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for category in CATEGORIES:
         s = stats(category, category_errors(rows, category))
+        loso = stats(category, category_errors(rows, category, "loso"))
         out = stats(category, category_errors(rows, category, held_out=True))
         total = sum(1 for r in rows if r.point.category == category)
         held = f"{headline(category, out)} ({out.count})" if out.count else "–"
-        cells = [category, f"{s.count}/{total}", pct(s.median_abs, False), held, pct(s.worst),
-                 pct(s.unsafe_share, False)]
+        cells = [category, f"{s.count}/{total}", pct(s.median_abs, False), headline(category, loso) if loso.count
+                 else "–", held, pct(s.worst), pct(loso.worst), pct(loso.unsafe_share, False)]
         if baseline:
             cells[2:2] = [pct(stats(category, category_errors(rows, category, "before")).median_abs, False)]
         for peer in peers:
@@ -182,31 +187,66 @@ def summary_table(rows: Sequence[Row], baseline: bool, peers: Sequence[str], cal
         if category == "speed" and calibrated:
             found = [error(r.calibrated, r.point.measured) for r in rows if r.point.category == "speed" and r.counted]
             cal = stats("speed", [e for e in found if e is not None])
-            row = [CALIBRATED, str(cal.count), pct(cal.median_abs, False), "–", pct(cal.worst), "–"]
+            row = [CALIBRATED, str(cal.count), pct(cal.median_abs, False), "–", "–", pct(cal.worst), "–", "–"]
             if baseline:
                 row[2:2] = ["–"]
             lines.append("| " + " | ".join(row + ["–"] * len(peers)) + " |")
     return lines
 
 
+def loso_section(rows: Sequence[Row], result: Any) -> list[str]:
+    """What was refitted without each source, what was not and why (published/loso.py)."""
+    from published import loso
+
+    out = ["Each source's points are predicted with every constant it informed refitted on the other",
+           "sources' counted points (a source = one repository file or one issue/PR thread). Rule: the",
+           "grid value with the least sum of \\|estimate ÷ measured − 1\\| over the category's counted",
+           "points, constants of one category fitted together by coordinate descent. The committed",
+           "constants were set by hand from those runs, so the rule's fit on every source is shown too.", "",
+           "| constant | fitted on | committed | rule, all sources | rule, without … |", "|---|---|---|---|---|"]
+    for constant in loso.FITTED:
+        fits = result.fits.get(constant.category, {})
+        every = fits.get("")
+        without = [f"{key}: {constant.shown(fit[constant]) if fit else 'nothing left'}"
+                   for key, fit in fits.items() if key]
+        out.append(f"| `{constant.label}` | {constant.category} | {constant.shown(loso.committed()[constant])} | "
+                   f"{constant.shown(every[constant]) if every else '–'} | {'; '.join(without) or '–'} |")
+    out += ["", "Where LOSO equals in-sample, and why:", ""]
+    out += [f"- {category}: no gpuscout constant was fitted on these points, so leaving a source out changes "
+            "nothing (LOSO = in-sample)." for category in loso.NOT_FITTED]
+    out.append("- training_peak, nvidia-smi points: the 10% allocator reserve (`overhead.ALLOCATOR_FRACTION`) "
+               "comes from fms-acceleration PR #14, the same project as the fms points but not one of them; "
+               "it is kept as a prior, not refitted.")
+    out += [f"- {category}: no LOSO figure: {why}." for category, why in loso.NO_LOSO.items()]
+    missing = sorted({r.point.id for r in rows if r.loso_note and r.counted})
+    if missing:
+        out.append(f"- no LOSO estimate ({len(missing)} points): nothing left to fit their constants on.")
+    return out
+
+
 def targets_table(rows: Sequence[Row]) -> list[str]:
-    lines = ["| category | target | gpuscout | verdict | held out |", "|---|---|---|---|---|"]
+    lines = ["| category | target | gpuscout | verdict | LOSO | held out |", "|---|---|---|---|---|---|"]
     for category in CATEGORIES:
         s = stats(category, category_errors(rows, category))
+        loso = stats(category, category_errors(rows, category, "loso"))
         out = stats(category, category_errors(rows, category, held_out=True))
         held = f"{headline(category, out)}, {target_met(category, out)} ({out.count})" if out.count else "no data"
+        left = f"{headline(category, loso)}, {target_met(category, loso)}" if loso.count else "no data"
         lines.append(f"| {category} | {TARGETS[category][1]} | {headline(category, s)} | {target_met(category, s)} "
-                     f"| {held} |")
+                     f"| {left} | {held} |")
     found = [error(r.calibrated, r.point.measured) for r in rows if r.point.category == "speed" and r.counted]
     cal = stats("speed", [e for e in found if e is not None])
     if cal.count:
         verdict = "met" if cal.median_abs is not None and cal.median_abs <= CALIBRATED_TARGET else "missed"
-        lines.append(f"| {CALIBRATED} | median \\|err\\| ≤ 10% | {pct(cal.median_abs, False)} | {verdict} | – |")
+        lines.append(f"| {CALIBRATED} | median \\|err\\| ≤ 10% | {pct(cal.median_abs, False)} | {verdict} | – | – |")
     return lines
 
 
-def point_table(rows: Sequence[Row], baseline: bool, peers: Sequence[str], calibrated: bool = False) -> list[str]:
+def point_table(rows: Sequence[Row], baseline: bool, peers: Sequence[str], calibrated: bool = False,
+                loso: bool = False) -> list[str]:
     head = ["id", "GPU", "measured", "gpuscout", "err"]
+    if loso:
+        head.append("LOSO")
     if baseline:
         head.append("before")
     if calibrated:
@@ -223,6 +263,8 @@ def point_table(rows: Sequence[Row], baseline: bool, peers: Sequence[str], calib
         mark = ("" if p.certain else " (?)") + (" ‡" if r.in_sample else "")
         cells = [p.id + mark, p.gpu or "–", f"{fmt_value(p.measured, p.quantity)} {unit}",
                  shown + (" ≥OOM" if past_oom else ""), pct(r.err())]
+        if loso:
+            cells.append(pct(r.err("loso")))
         if baseline:
             cells.append(pct(r.err("before")))
         if calibrated:
@@ -256,8 +298,9 @@ The KV budget is gpu_memory_utilization × usable memory − every non-KV term o
 vLLM leaves unused, which no measurement sees. A vLLM profile-run peak holds weights and
 activations but no KV cache and no CUDA graphs, so it is compared with those terms only.
 
-"unsafe" is the share of counted points in the direction that costs money: memory estimated
-below the measurement, KV capacity or longest sequence estimated above it. Peers: the median
+"unsafe (LOSO)" is the share of counted points, predicted leave-one-source-out, in the direction
+that costs money: memory estimated below the measurement (the job runs out of memory), KV
+capacity or longest sequence estimated above it. Peers: the median
 \\|err\\| of the counted points each covers, with how many in brackets; "–" where it covers none.
 Peer sizes are whole-model figures, divided by tensor_parallel for per-GPU points.
 
@@ -279,7 +322,7 @@ What each peer's number is (all three run offline, on the bundled preset configs
 
 
 def markdown(rows: Sequence[Row], header: dict[str, str], peers: Sequence[str], peer_notes: dict[str, str],
-             baseline: bool, calibrated: bool, format_errors: Sequence[str]) -> str:
+             baseline: bool, calibrated: bool, format_errors: Sequence[str], loso_result: Any = None) -> str:
     out = ["# gpuscout against published measurements", ""]
     out += [f"- {key}: {value}" for key, value in header.items()]
     out += ["", "Error = estimate ÷ measured − 1. Only points marked certain, that gpuscout can",
@@ -287,26 +330,35 @@ def markdown(rows: Sequence[Row], header: dict[str, str], peers: Sequence[str], 
     out += ["## 1. Per category", "", *summary_table(rows, baseline, peers, calibrated), ""]
     for peer, note in peer_notes.items():
         out.append(f"- {peer}: {note}")
-    out += ["", "## 2. Targets", "", *targets_table(rows), ""]
-    out += ["## 3. What each measurement is compared with", "", MAPPING]
-    out += ["## 4. Points", "", "(?) marks an uncertain point (not in the medians); ≥OOM, a longest sequence at or",
+    out += ["", "LOSO: the same statistic with each source's points predicted by constants fitted without",
+            "that source (leave one source out, section 2). \"unsafe (LOSO)\" is the share of those",
+            "predictions on the side that costs money (section 4).", ""]
+    if loso_result is not None:
+        out += ["## 2. Leave one source out", "", *loso_section(rows, loso_result), ""]
+    out += ["## 3. Targets", "", *targets_table(rows), ""]
+    out += ["## 4. What each measurement is compared with", "", MAPPING]
+    out += ["## 5. Points", "", "(?) marks an uncertain point (not in the medians); ≥OOM, a longest sequence at or",
             "past the first length the source saw run out of memory; † a peer that says the job does not fit",
             "(its sizes are compared all the same). A longest sequence is a multiple of 256, the exact",
             "largest fitting length in brackets. LOO: the speed error after a leave-one-out calibration",
             "fitted on the other points of the same GPU and phase (– where the point has no partner).",
             "‡ marks an in-sample point: a gpuscout constant was set from it (its `informs` field names",
             "which), so its error tests the rest of the model, not that constant. \"held out\" in sections 1",
-            "and 2 is the same statistic without the in-sample points, with how many remain.", ""]
+            "and 3 is the same statistic without the in-sample points, with how many remain. LOSO (in",
+            "the tables of categories with a refitted constant): the error with the constants fitted",
+            "without the point's source (section 2).", ""]
     for category in CATEGORIES:
         shown = [r for r in rows if r.point.category == category and r.inexpressible is None
                  and r.after["status"] == "ok"]
         if shown:
-            out += [f"### {category}", "", *point_table(shown, baseline, peers, calibrated and category == "speed"), ""]
-    out += ["## 5. Inexpressible points", ""]
+            refit = any(r.loso is not None and r.loso != r.after.get("value") for r in shown)
+            out += [f"### {category}", "",
+                    *point_table(shown, baseline, peers, calibrated and category == "speed", refit), ""]
+    out += ["## 6. Inexpressible points", ""]
     left = [r for r in rows if r.inexpressible is not None]
     out += [f"- `{r.point.id}` ({r.point.category}): {_escape(r.inexpressible or '')}{_estimated(r)}"
             for r in left] or ["none"]
-    out += ["", "## 6. Failed points", ""]
+    out += ["", "## 7. Failed points", ""]
     failed = [f"- `{r.point.id}`: {_escape(str(r.after['detail']))}" for r in rows
               if r.after["status"] == "failed" and r.inexpressible is None]
     failed += [f"- `{r.point.id}`: {peer}: {_escape(res.note)}" for r in rows

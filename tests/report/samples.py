@@ -8,7 +8,6 @@ fixed samples with the helpers in tests/results.
 from __future__ import annotations
 
 import contextlib
-
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -40,6 +39,28 @@ def estimate_rtx4090() -> api.EstimateReport:
 def estimate_serving() -> api.EstimateReport:
     """The 70B serving example on one GPU: inference terms, GPU-count table, prefill/decode phases."""
     return api.estimate(EXAMPLES / "llama3-70b-serving-8k.toml", gpus=["h100-sxm"])
+
+
+def edge_job() -> api.Job:
+    """The default job at micro-batch 1 with the longest sequence that fits an RTX 5090: under 1% headroom,
+    inside the estimator's error band, so *tight*."""
+    from gpuscout.api.jobs import job_and_model
+    from gpuscout.estimator.fit import largest_fitting
+    from gpuscout.hardware.catalog import find_gpu
+
+    job, model, _ = job_and_model(None)
+    job = job.model_copy(update={"micro_batch": 1, "grad_accum": 16, "allow_long_context": True,
+                                 "name": "Llama-3-8B QLoRA at the RTX 5090's edge"})
+    return job.model_copy(update={"seq_len": largest_fitting(job, model, find_gpu("rtx-5090"), "seq_len", 65536)})
+
+
+def estimate_tight() -> api.EstimateReport:
+    return api.estimate(edge_job(), gpus=["rtx-5090", "h100-sxm"])
+
+
+def pick_tight() -> api.PickReport:
+    """As written (no plan may add margin): the RTX 5090 row stays tight and carries its OOM risk."""
+    return api.pick(edge_job(), offers=PRICES.with_name("prices-5090.toml"), today=TODAY, as_written=True)
 
 
 def pick_default() -> api.PickReport:

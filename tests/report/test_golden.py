@@ -64,6 +64,8 @@ SCREENS: dict[str, Callable[[], RenderableType]] = {
     "pick": _pick,
     "pick-compat": lambda: pick_screen(samples.pick_compat().pick),
     "estimate-compat": _estimate(samples.estimate_compat),
+    "estimate-tight": lambda: estimate_screen(samples.estimate_tight().screening, detailed=False),
+    "pick-tight": lambda: pick_screen(samples.pick_tight().pick),
     "compare": _compare,
     "bench": lambda: bench_screen(samples.bench_demo(), None, Path("results/demo-h100.json")),
     "load": _load,

@@ -23,6 +23,7 @@ import pytest
 from .html_samples import HOSTILE, write_all, write_hostile
 
 CHROMIUM = Path("/usr/bin/chromium")
+SRC = Path(__file__).resolve().parents[2] / "src"
 # Flags that work in a container as root with no display, no GPU and no network.
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -47,7 +48,9 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, i
         out = folder / f"{name}.html"
         done = subprocess.run([sys.executable, "-m", "gpuscout", "report", *(str(files[s]) for s in sources),
                                "-o", str(out), "--json"], capture_output=True, text=True, timeout=300,
-                              env={"PATH": "/usr/bin:/bin", "COLUMNS": "120"})
+                              # module-scoped, so outside conftest's per-test isolation: name the gpuscout
+                              # under test itself (a worktree beside an editable install of another)
+                              env={"PATH": "/usr/bin:/bin", "COLUMNS": "120", "PYTHONPATH": str(SRC)})
         assert done.returncode == 0, done.stderr
         made[name] = (out, int(json.loads(done.stdout)["plots"]))
     return made

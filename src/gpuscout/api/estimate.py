@@ -32,21 +32,26 @@ class EstimateReport:
 
 def estimate(job: JobRef = None, *, gpus: Sequence[str] = (), trace: bool = False,
              trace_layers: int | None = None, calibration: Calibration | str | Path | None = None,
-             use_calibration: bool = True) -> EstimateReport:
+             use_calibration: bool = True, margin_pct: float | None = None) -> EstimateReport:
     """Memory, fit, fixes, limits and speed of the job on each GPU (every catalog GPU by default).
 
+    Each fit is judged fits / tight / does not fit against the estimator's validated error band, or
+    against `margin_pct` (percent of the estimated peak) when given (docs/estimator.md §2.15).
     Speeds use `calibration` (a file or a `Calibration`), else the user's calibration file where one
     exists; `use_calibration=False` keeps the default efficiency factors. With `trace`, the real model
     step is traced, and exactly the traced job estimated beside it on the first GPU (`trace.scope`)."""
     from gpuscout.estimator.efficiency import calibrated
+    from gpuscout.estimator.margin import check_margin_pct
     from gpuscout.estimator.screen import screen
     from gpuscout.hardware.catalog import find_gpu, load_catalog
 
+    if margin_pct is not None:
+        check_margin_pct(margin_pct)
     the_job, model, base_dir = job_and_model(job)
     chosen = [find_gpu(n) for n in gpus] if gpus else list(load_catalog())
     used, used_path = calibration_of(calibration, use_calibration)
     with calibrated(used):
-        screening = screen(the_job, model, chosen)
+        screening = screen(the_job, model, chosen, margin_pct)
     report = EstimateReport(job=the_job, screening=screening, detailed=bool(gpus), calibration=used,
                             calibration_path=used_path)
     if not trace:

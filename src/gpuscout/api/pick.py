@@ -43,7 +43,8 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
          use_calibration: bool = True, load_results: Sequence[str | Path | BenchResult] = (),
          target_rps: float | None = None, doctor_results: Sequence[str | Path | BenchResult] = (),
          include_placeholders: bool = False, interruptions_per_hour: float | None = None,
-         spot_advisor: str | Path | None = None) -> PickReport:
+         spot_advisor: str | Path | None = None,
+         margin_pct: float | None = None) -> PickReport:
     """Rank the offers of a price sheet (the bundled example sheet by default) by total job cost.
 
     Where the job as written does not fit an offer, it is ranked under a plan of changes that keep
@@ -80,6 +81,10 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
                        egress_usd_per_gb=dataset_egress_per_gb, gbps=dataset_gbps)
     if data is not None:
         options = (options or CostOptions()).model_copy(update={"data": data})
+    if margin_pct is not None:
+        from gpuscout.estimator.margin import check_margin_pct
+
+        check_margin_pct(margin_pct)
     used, used_path = calibration_of(calibration, use_calibration)
     capacities = _capacities(the_job, load_results, target_rps)
     spot = spot_knowledge(interruptions_per_hour, spot_advisor)
@@ -87,7 +92,7 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
         result = rank_offers(the_job, model, sheet.offers, rates=rates, deadline_s=deadline_s,
                              budget_usd=budget_usd, today=day, options=options, as_written=as_written, currency=shown,
                              capacities=capacities, target_rps=target_rps,
-                             include_placeholders=include_placeholders, spot=spot)
+                             include_placeholders=include_placeholders, spot=spot, margin_pct=margin_pct)
     result = result.model_copy(update={"trial": trial_advice(
         result.rows, sheet.offers, rates, job_arg=_job_arg(job),
         sheet=str(offers) if offers is not None else "prices.example")})  # bench and compare take the bundled one so

@@ -39,6 +39,9 @@ CurrencyOption = Annotated[str | None, typer.Option(
 FxOption = Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit, e.g. CNY=0.14.")]
 KeepStoppedOption = Annotated[float, typer.Option(
     help="Keep the machine stopped this many days after the job instead of releasing it (disks bill).")]
+MarginOption = Annotated[float | None, typer.Option(
+    "--margin", metavar="PCT", help="Headroom to demand, % of the estimated peak, in place of the validated "
+    "error band (fits / tight / does not fit).")]
 CalibrationOption = Annotated[Path | None, typer.Option(
     "--calibration", help="Calibration file (gpuscout calibrate); default: the one in your config folder, if any.")]
 NoCalibrationFlag = Annotated[bool, typer.Option(
@@ -104,6 +107,7 @@ def estimate(
     no_calibration: NoCalibrationFlag = False,
     wide: WideFlag = False,
     as_json: JsonFlag = False,
+    margin: MarginOption = None,
 ) -> None:
     """Memory per GPU: breakdown, fit and headroom, what to change, and the largest sizes that fit."""
     from gpuscout import api
@@ -113,7 +117,7 @@ def estimate(
 
     _one_calibration_choice(calibration, no_calibration)
     report = api.estimate(job, gpus=gpu or (), trace=trace, trace_layers=layers, calibration=calibration,
-                          use_calibration=not no_calibration)
+                          use_calibration=not no_calibration, margin_pct=margin)
     emit(lambda: estimate_payload(report.job, report.screening, report.trace, report.trace_analytic)
          | calibration_payload(report.calibration, report.calibration_path),
          lambda: estimate_screen(report.screening, detailed=report.detailed, wide=wide, trace=report.trace,
@@ -168,6 +172,7 @@ def pick(
     explain: Annotated[str | None, typer.Option("--explain", metavar="OFFER_ID", help="Show one offer in full: "
                                                 "its layout, bands and every line of its bill.")] = None,
     as_json: JsonFlag = False,
+    margin: MarginOption = None,
 ) -> None:
     """Rank offers by the total cost of the whole job: fit, runtime, bill, $/unit, SLO, Pareto frontier."""
     from gpuscout import api
@@ -186,7 +191,7 @@ def pick(
                       calibration=calibration, use_calibration=not no_calibration, load_results=load or (),
                       target_rps=target_rps, doctor_results=doctor_result or (),
                       include_placeholders=include_placeholders, interruptions_per_hour=interruptions_per_hour,
-                      spot_advisor=spot_advisor)
+                      spot_advisor=spot_advisor, margin_pct=margin)
     payload = pick_payload(report.job, report.pick, report.offers_notes) | calibration_payload(
         report.calibration, report.calibration_path)
     if explain is not None:  # an unknown id is a user error before anything is recorded

@@ -21,10 +21,11 @@ from functools import partial
 
 from pydantic import Field
 
-from gpuscout.cost.billing import CostOptions
+from gpuscout.cost.billed_time import billed_seconds, billed_startup_s
+from gpuscout.cost.billing import CostOptions, rate_per_s
 from gpuscout.cost.capacity import MeasuredCapacity, capacity_warnings, find_capacity, judge_measured
 from gpuscout.cost.cost_band import priced_band, separable_flags, total_band
-from gpuscout.cost.machine import check_machine, host_needs, price_on_machine
+from gpuscout.cost.machine import MachineCheck, check_machine, host_needs, price_on_machine
 from gpuscout.cost.pick_row import PickRow, exclusion, row_base, unit_costs
 from gpuscout.cost.spot import SpotNeverFinishes
 from gpuscout.cost.spot_prior import InterruptionPrior, SpotKnowledge, prior_for, with_prior
@@ -39,6 +40,7 @@ from gpuscout.estimator.fit import (
     task_changing_options,
 )
 from gpuscout.estimator.host import HostNeeds
+from gpuscout.estimator.margin import FITS, TIGHT, Band, band_for, judge_fit
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.speed.estimate import SpeedEstimate, estimate_speed
 from gpuscout.frozen import Frozen
@@ -64,6 +66,11 @@ SLO_METRICS = {TTFT_S: "TTFT", TPOT_S: "TPOT", E2E_S: "E2E"}
 # Amazon.com 2024 Form 10-K). A total past it comes from an absurd number in the offer (a price,
 # a restart overhead, a stopped time), never from a rental: the offer is excluded, saying so.
 MAX_TOTAL_USD = 1e12
+# A tight layout gives way to a plan that leaves the error band's headroom when that plan's runtime is
+# at most this much longer. "Little": 5% is inside every speed band (training 0.75–1.6 ×, the
+# narrowest, decode, 0.8–1.4 ×, docs/estimator.md §3.8), so the ranking could not tell the two apart
+# anyway, while an out-of-memory first attempt costs a failed start and the rerun (docs/cost.md §2.15).
+MARGIN_PLAN_LITTLE = 0.05
 
 
 class Placement(Frozen):
@@ -92,6 +99,8 @@ class Layout(Frozen):
     slo_miss: str | None = None  # 'TPOT 0.070 s > 0.05 s at the band's slow end'
     slo_met: bool | None = None
     compat: tuple[Finding, ...] = ()  # the compatibility rules' findings for the placed job (estimator/compat.py)
+    fit_verdict: str = FITS  # of the placed job against the error band (estimator/margin.py)
+    fallback_runtime_s: float | None = None  # tight: the runtime under a plan that leaves the band's headroom
 
 
 class PickResult(Frozen):
@@ -109,11 +118,13 @@ def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[Exc
          deadline_s: float | None = None, budget_usd: float | None = None, today: date,
          options: CostOptions | None = None, currency: DisplayCurrency = USD, as_written: bool = False,
          capacities: Sequence[MeasuredCapacity] = (), target_rps: float | None = None,
-         include_placeholders: bool = False, spot: SpotKnowledge | None = None) -> PickResult:
+         include_placeholders: bool = False, spot: SpotKnowledge | None = None,
+         margin_pct: float | None = None) -> PickResult:
     """Rank offers by total job cost; `as_written` places only the job as written (no plans).
     `capacities`: measured serving capacities (`cost.capacity`), used instead of the estimate on their GPU.
     Placeholder prices are left unranked unless `include_placeholders`; spot rows without a stated
-    interruption rate are priced under `spot`'s rate or advisor band, else the default prior band."""
+    interruption rate are priced under `spot`'s rate or advisor band, else the default prior band.
+    `margin_pct`: the headroom a fit must leave, % of the peak, in place of the validated error band."""
     layouts: dict[tuple[str, int], Layout] = {}  # many offers share a GPU and a count
     hosts: dict[tuple[str, int], HostNeeds] = {}  # and so the host RAM and disk the job needs there
     rows = []
@@ -128,7 +139,8 @@ def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[Exc
             continue
         rows.append(vouched(guarded(o, today, partial(judge_offer, job, model, o, rates, deadline_s, budget_usd,
                                                       today, options, currency, layouts=layouts, hosts=hosts,
-                                                      as_written=as_written)), prior, include_placeholders))
+                                                      as_written=as_written, margin_pct=margin_pct)),
+                            prior, include_placeholders))
     ranked = sorted((r for r in rows if r.excluded is None), key=lambda r: r.total_usd or 0.0)
     ranked = mark_pareto(ranked, separable_flags(ranked))
     excluded = [r for r in rows if r.excluded is not None]
@@ -182,12 +194,14 @@ def unpriced(offer: Offer, today: date, why: str) -> PickRow:
 def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRate], deadline_s: float | None,
                 budget_usd: float | None, today: date, options: CostOptions | None,
                 currency: DisplayCurrency = USD, *, layouts: dict[tuple[str, int], Layout] | None = None,
-                hosts: dict[tuple[str, int], HostNeeds] | None = None, as_written: bool = False) -> PickRow:
+                hosts: dict[tuple[str, int], HostNeeds] | None = None, as_written: bool = False,
+                margin_pct: float | None = None) -> PickRow:
     """One offer: lay the job out on its instance (cached per shape), bill the runtime, apply the limits."""
     cache = layouts if layouts is not None else {}
     key = (offer.gpu, offer.gpu_count)  # `Offer.gpu` is already the catalog SKU
     if key not in cache:
-        cache[key] = lay_out(job, model, find_gpu(offer.gpu), offer.gpu_count, as_written=as_written)
+        cache[key] = lay_out(job, model, find_gpu(offer.gpu), offer.gpu_count, as_written=as_written,
+                             margin_pct=margin_pct)
     layout = cache[key]
     base = row_base(offer, today)
     if layout.placement is None or layout.speed is None:
@@ -201,7 +215,8 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
         known[key] = host_needs(placement.job, model, processes=processes, data=data)
     machine = check_machine(placement.job, model, offer, processes=processes, data=data, needs=known[key])
     fitted = {"fits": True, "gpus_needed": placement.gpus_needed, "runtime_s": layout.runtime_s,
-              "bound": speed.bound, "plan": placement.plan, "machine": machine, **_layout_fields(job, placement)}
+              "bound": speed.bound, "plan": placement.plan, "machine": machine, **_layout_fields(job, placement),
+              "fit_verdict": layout.fit_verdict}
     if machine.excluded is not None:
         return PickRow(**base | fitted | {"excluded": machine.excluded})
     try:
@@ -215,16 +230,19 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
     except SpecError:
         no_rate = f"priced in {offer.currency} and no exchange rate was given: {missing_rate_fix(offer.currency)}"
         return PickRow(**base | timing | {"excluded": no_rate})
+    risk = oom_risk_usd(offer, layout, total, options, machine, rates) if layout.fit_verdict == TIGHT else 0.0
     low, high = total_band(*priced_band(partial(price_on_machine, offer, options=options, check=machine, rates=rates,
                                                 formulas=False),
                                         partial(to_usd, currency=offer.currency, rates=rates),
-                                        layout.runtime_low_s, layout.runtime_high_s))
+                                        layout.runtime_low_s, layout.runtime_high_s),
+                           (risk,))  # a tight fit: an out-of-memory first attempt is on the bill's high end
     units = unit_costs(job, total)
     # The deadline is on when the job ends: the dataset's pull comes before the first step.
     pull_s = machine.transfer.seconds if machine.transfer is not None else 0.0
     reason = exclusion(layout.runtime_s, total, layout.slo_miss, deadline_s, budget_usd, currency, pull_s=pull_s)
     return PickRow(**base | timing | {"total_usd": total, "total_p95_usd": p95, "unit_costs_usd": units,
-                                      "excluded": reason, "total_low_usd": low, "total_high_usd": high})
+                                      "excluded": reason, "total_low_usd": low, "total_high_usd": high,
+                                      "oom_risk_usd": risk})
 
 
 def _layout_fields(job: Job, placement: Placement) -> dict[str, object]:
@@ -242,9 +260,27 @@ def _layout_fields(job: Job, placement: Placement) -> dict[str, object]:
     return {"gpus_per_replica": placement.group, "replicas": placement.replicas, "parallel": parallel}
 
 
-def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = False) -> Layout:
+def oom_risk_usd(offer: Offer, layout: Layout, total_usd: float, options: CostOptions | None,
+                 machine: MachineCheck, rates: Sequence[ExchangeRate]) -> float:
+    """What an out-of-memory first attempt adds to a tight row's bill, in USD: one billed failed start
+    (start-up and idle tail, under the offer's minimum and increment: the run dies at its first steps)
+    plus the fallback's total less this total. The fallback is the plan that leaves the band's
+    headroom; where none exists the same job is run again, so the whole total is at risk."""
+    failed = billed_seconds(billed_startup_s(offer) + offer.idle_tail_s, offer) * rate_per_s(offer)
+    extra = total_usd
+    if layout.fallback_runtime_s is not None:
+        fallback = price_on_machine(offer, layout.fallback_runtime_s, options, machine, rates)
+        extra = max(0.0, to_usd(fallback.total, offer.currency, rates) - total_usd)
+    return to_usd(failed, offer.currency, rates) + extra
+
+
+def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = False,
+            margin_pct: float | None = None) -> Layout:
     """The job on `count` × `gpu`: as written if it fits, else under a plan that keeps the task
-    (unless `as_written`); the runtime with replicas and the plan's unmodelled slowdown applied."""
+    (unless `as_written`); the runtime with replicas and the plan's unmodelled slowdown applied.
+    A layout inside the error band (*tight*) gives way to a plan that leaves the band's headroom when
+    that plan is at most MARGIN_PLAN_LITTLE slower; otherwise it stays, marked, with that plan as its
+    fallback (what an out-of-memory first attempt would run)."""
     placement = place(job, model, gpu, count)
     if placement is None and not as_written:
         placement = place_with_plan(job, model, gpu, count)
@@ -252,6 +288,35 @@ def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = 
         how = " as written" if as_written else ", even with a plan"  # a plan: changes that keep the task
         return Layout(placement=None, unfit=f"does not fit in {count} × {gpu.name}{how}",
                       options=() if as_written else _options(job, model, gpu, count))
+    layout = _timed_layout(job, model, gpu, count, placement)
+    if layout.placement is None:
+        return layout
+    band = band_for(placement.job, margin_pct)
+    peak = estimate_memory(placement.job, model, gpu)
+    if judge_fit(peak.peak_bytes, peak.usable_bytes, band) != TIGHT:
+        return layout
+    tight = layout.model_copy(update={"fit_verdict": TIGHT})
+    safer = None if as_written else _margin_placement(placement, model, gpu, band)
+    if safer is None:
+        return tight
+    roomy = _timed_layout(job, model, gpu, count, safer)
+    if roomy.placement is None:
+        return tight
+    if roomy.runtime_s <= layout.runtime_s * (1.0 + MARGIN_PLAN_LITTLE):
+        return roomy
+    return tight.model_copy(update={"fallback_runtime_s": roomy.runtime_s})
+
+
+def _margin_placement(placement: Placement, model: Model, gpu: Gpu, band: Band) -> Placement | None:
+    """The placement with more task-keeping changes, until it leaves the band's headroom (None: none do)."""
+    more = plan_keeping_task(placement.job, model, gpu, same_gpus=True, band=band)
+    if not more:
+        return None
+    return placement.model_copy(update={"job": planned_job(placement.job, more), "plan": (*placement.plan, *more)})
+
+
+def _timed_layout(job: Job, model: Model, gpu: Gpu, count: int, placement: Placement) -> Layout:
+    """A placement timed: the speed model's runtime with replicas and the plan's slowdowns, SLOs checked."""
     timed = _timed_job(placement, job)
     findings = check(timed, model, gpu, gpus=placement.group)  # a fallback's slowdown: of the job timed here
     cannot = exclusion_reason(findings)

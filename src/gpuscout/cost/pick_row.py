@@ -76,6 +76,11 @@ class PickRow(OfferFacts):
     # The compatibility rules' findings on this offer's GPU (estimator/compat.py): an excluded row's reason
     # and fix, or the slower fallback its runtime is priced with (no P2P: collectives through host memory).
     compat: tuple[Finding, ...] = ()
+    # fits / tight / does not fit against the estimator's error band (estimator/margin.py). A tight row
+    # is ranked but marked; oom_risk_usd is what an out-of-memory first attempt would add to its bill
+    # (a billed failed start + the fallback plan's total − this total; docs/cost.md §2.15).
+    fit_verdict: str = "fits"
+    oom_risk_usd: float = 0.0
 
 
 def row_base(offer: Offer, today: date) -> dict[str, object]:

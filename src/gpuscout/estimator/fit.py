@@ -13,7 +13,10 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NamedTuple
 
+from pydantic import Field
+
 from gpuscout.estimator.breakdown import MemoryBreakdown
+from gpuscout.estimator.margin import FITS, Band, judge_fit
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu
@@ -46,6 +49,9 @@ class Limits(Frozen):
 
 
     values: dict[str, int]
+    # The same with the error band's headroom kept (docs/estimator.md §2.15): the size to plan on;
+    # `values` is the unguarded one beside it. Empty when no band was given.
+    guarded: dict[str, int] = Field(default_factory=dict)
 
 
 class Candidate(NamedTuple):
@@ -103,11 +109,18 @@ def combined_plan(job: Job, model: Model, gpu: Gpu) -> tuple[Suggestion, ...]:
     return plan_keeping_task(job, model, gpu) or _plan(job, model, gpu, candidates(job, model, gpu))
 
 
-def plan_keeping_task(job: Job, model: Model, gpu: Gpu, *, same_gpus: bool = False) -> tuple[Suggestion, ...]:
+def plan_keeping_task(job: Job, model: Model, gpu: Gpu, *, same_gpus: bool = False,
+                      band: Band | None = None) -> tuple[Suggestion, ...]:
     """Only changes that keep the task; `same_gpus` also leaves the GPU count and parallelism alone
-    (`pick` lays the job out on an instance's GPUs itself). Empty if they never make it fit."""
+    (`pick` lays the job out on an instance's GPUs itself). Empty if they never make it fit. With
+    `band`, the plan must leave the band's headroom (the verdict *fits*, not *tight*)."""
     keep = [c for c in candidates(job, model, gpu, more_gpus=not same_gpus) if c.keeps_task]
-    return _plan(job, model, gpu, keep)
+    return _plan(job, model, gpu, keep, band)
+
+
+def _ok(b: MemoryBreakdown, band: Band | None) -> bool:
+    """Fits; with a band, fits with the band's headroom left."""
+    return b.fits if band is None else judge_fit(b.peak_bytes, b.usable_bytes, band) == FITS
 
 
 def task_changing_options(job: Job, model: Model, gpu: Gpu) -> tuple[Suggestion, ...]:
@@ -116,7 +129,8 @@ def task_changing_options(job: Job, model: Model, gpu: Gpu) -> tuple[Suggestion,
     return _single(job, model, gpu, pool)
 
 
-def _plan(job: Job, model: Model, gpu: Gpu, pool: Sequence[Candidate]) -> tuple[Suggestion, ...]:
+def _plan(job: Job, model: Model, gpu: Gpu, pool: Sequence[Candidate],
+          band: Band | None = None) -> tuple[Suggestion, ...]:
     """Apply changes cumulatively, cheapest first, until the job fits; then drop the dearest steps
     the fit does not need (a later step can make an earlier one unnecessary). Empty if never."""
     taken: list[Candidate] = []
@@ -127,17 +141,17 @@ def _plan(job: Job, model: Model, gpu: Gpu, pool: Sequence[Candidate]) -> tuple[
             continue
         current, before = apply_edits(current, c.edits), after.peak_bytes
         taken.append(c)
-        if after.fits:
-            return _steps(job, model, gpu, _prune(job, model, gpu, taken))
+        if _ok(after, band):
+            return _steps(job, model, gpu, _prune(job, model, gpu, taken, band))
     return ()
 
 
-def _prune(job: Job, model: Model, gpu: Gpu, taken: list[Candidate]) -> list[Candidate]:
+def _prune(job: Job, model: Model, gpu: Gpu, taken: list[Candidate], band: Band | None = None) -> list[Candidate]:
     """Try leaving out each step but the last (which made it fit), dearest first."""
     kept = list(taken)
     for c in reversed(taken[:-1]):
         rest = [k for k in kept if k is not c]
-        if estimate_memory(_apply_all(job, rest), model, gpu).fits:
+        if _ok(estimate_memory(_apply_all(job, rest), model, gpu), band):
             kept = rest
     return kept
 
@@ -385,10 +399,12 @@ def _heads(model: Model) -> int:
     return math.gcd(*(getattr(s, "num_attention_heads", 1) for s in shapes))
 
 
-def largest_fitting(job: Job, model: Model, gpu: Gpu, field: str, upper: int) -> int:
-    """Largest value of an integer job field in [1, upper] that fits (memory is monotone in it)."""
+def largest_fitting(job: Job, model: Model, gpu: Gpu, field: str, upper: int, band: Band | None = None) -> int:
+    """Largest value of an integer job field in [1, upper] that fits (memory is monotone in it); with
+    `band`, that fits with the band's headroom left (the verdict *fits*, not *tight*)."""
     def fits(value: int) -> bool:
-        return estimate_memory(_with_field(job, field, value), model, gpu).fits
+        b = estimate_memory(_with_field(job, field, value), model, gpu)
+        return b.fits if band is None else judge_fit(b.peak_bytes, b.usable_bytes, band) == FITS
 
     if not fits(1):
         return 0
@@ -415,14 +431,23 @@ def _with_field(job: Job, field: str, value: int) -> Job:
     return job.model_copy(update={field: value})
 
 
-def limits(job: Job, model: Model, gpu: Gpu) -> Limits:
-    """Inverse queries: the largest micro-batch / sequence / concurrency / context / batch that fits."""
-    values = {name: largest_fitting(job, model, gpu, name, upper) for name, upper in _limit_fields(job, model)}
+def limits(job: Job, model: Model, gpu: Gpu, band: Band | None = None) -> Limits:
+    """Inverse queries: the largest micro-batch / sequence / concurrency / context / batch that fits;
+    with `band`, also the largest that fits with the band's headroom left."""
+    values = _snap(job, {name: largest_fitting(job, model, gpu, name, upper)
+                         for name, upper in _limit_fields(job, model)})
+    guarded = {} if band is None else _snap(job, {name: largest_fitting(job, model, gpu, name, upper, band)
+                                                   for name, upper in _limit_fields(job, model)})
+    return Limits(values=values, guarded=guarded)
+
+
+def _snap(job: Job, values: dict[str, int]) -> dict[str, int]:
+    """Image sides to multiples of 8, video frames to the causal VAE's 4k + 1 grid."""
     if "side_px" in values:
         values["side_px"] = values["side_px"] // 8 * 8
     if "frames" in values and isinstance(job, VideoJob) and values["frames"]:
         values["frames"] = (values["frames"] - 1) // 4 * 4 + 1
-    return Limits(values=values)
+    return values
 
 
 def _limit_fields(job: Job, model: Model) -> Iterator[tuple[str, int]]:

@@ -16,10 +16,11 @@ from rich.text import Text
 
 from gpuscout.estimator.breakdown import MemoryBreakdown, bytes_by_category
 from gpuscout.estimator.calibration import Calibration
+from gpuscout.estimator.margin import NO_FIT, TIGHT
 from gpuscout.estimator.screen import GpuVerdict, Screening
 from gpuscout.report.calibration import calibration_block
 from gpuscout.report.compat import Span, finding_text, spans
-from gpuscout.report.estimate_detail import verdict_detail
+from gpuscout.report.estimate_detail import band_words, verdict_detail
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, one_line, plain, prose_column
 from gpuscout.report.machine import host_table
@@ -27,6 +28,7 @@ from gpuscout.report.numbers import duration, duration_band, exact, gib_number, 
 from gpuscout.trace.llm import TraceResult
 
 CAPTION = "GiB = 2^30 bytes; usable = what the GPU shows (nvidia-smi total where known)"
+LIMITS_CAPTION = "max: the largest that fits with the error band's headroom (unguarded in brackets)"
 
 
 def screening_table(screening: Screening, notes: Footnotes, *, wide: bool = False) -> RenderableType:
@@ -37,7 +39,7 @@ def screening_table(screening: Screening, notes: Footnotes, *, wide: bool = Fals
     title = f"{screening.job_name} — {screening.model_name} ({screening.job_kind}): memory and speed per GPU"
     table = Table()
     limit_names = list(screening.verdicts[0].limits.values) if wide and screening.verdicts else []
-    with_fix = any(not v.fits for v in screening.verdicts)
+    with_fix = any(not v.fits or v.plan for v in screening.verdicts)
     label_column(table, "GPU")
     for header in ("usable\nGiB", "peak\nGiB", "headroom\nGiB"):
         number_column(table, header)
@@ -53,14 +55,24 @@ def screening_table(screening: Screening, notes: Footnotes, *, wide: bool = Fals
     ranges = spans(f for v in screening.verdicts for f in v.compat)
     for v in screening.verdicts:
         table.add_row(*_cells(v, limit_names, notes, wide=wide, with_fix=with_fix, ranges=ranges))
-    return Group(Text(title, style="bold"), table, Text(CAPTION, style="dim"))
+    limits_note = [Text(LIMITS_CAPTION, style="dim")] if limit_names else []
+    return Group(Text(title, style="bold"), table, Text(CAPTION, style="dim"), *limits_note, *tight_note(screening))
+
+
+def tight_note(screening: Screening) -> list[Text]:
+    """One line under the table when a GPU is *tight*: what the band is and where it comes from."""
+    tight = [v for v in screening.verdicts if v.fit_verdict == TIGHT]
+    if not tight:
+        return []
+    band = tight[0].band
+    return [Text(band_words(band), style="yellow")] if band is not None else []
 
 
 def _cells(v: GpuVerdict, limit_names: list[str], notes: Footnotes, *, wide: bool,
            with_fix: bool, ranges: Mapping[tuple[str, str], Span] | None = None) -> list[str | Text]:
     cells: list[str | Text] = [v.gpu_sku, gib_number(v.breakdown.usable_bytes), gib_number(v.breakdown.peak_bytes),
                                Text(gib_number(v.headroom_bytes), style="green" if v.fits else "red"), _fit_mark(v)]
-    cells += [limit_value(v.limits.values[n]) for n in limit_names]
+    cells += [_limit_cell(v, n) for n in limit_names]
     # No speed at all (bf16 on a V100, a multi-GPU job on a GH200): the reason is a footnote; so is a
     # compatibility finding on a GPU that runs the job (no P2P: a slower time).
     runs = [notes.ref(finding_text(f, span=(ranges or {}).get((f.rule, f.reason))))  # slower, or runs if …
@@ -72,6 +84,15 @@ def _cells(v: GpuVerdict, limit_names: list[str], notes: Footnotes, *, wide: boo
     if with_fix:
         cells.append(_fix_cell(v, notes))
     return cells
+
+
+def _limit_cell(v: GpuVerdict, name: str) -> str:
+    """The largest size with the error band's headroom, and the unguarded one beside it when larger."""
+    unguarded = v.limits.values[name]
+    guarded = v.limits.guarded.get(name, unguarded)
+    if guarded == unguarded:
+        return limit_value(unguarded)
+    return f"{limit_value(guarded)} ({limit_value(unguarded)})"
 
 
 def limit_value(value: int) -> str:
@@ -87,7 +108,9 @@ def _job_time(v: GpuVerdict, *, wide: bool) -> str:
 
 
 def _fit_mark(v: GpuVerdict) -> Text:
-    return Text("yes", style="bold green") if v.fits else Text("no", style="bold red")
+    if v.fit_verdict == NO_FIT or not v.fits:
+        return Text("no", style="bold red")
+    return Text("tight", style="bold yellow") if v.fit_verdict == TIGHT else Text("yes", style="bold green")
 
 
 def _fix_cell(v: GpuVerdict, notes: Footnotes) -> Text:
@@ -100,7 +123,7 @@ def _fix_cell(v: GpuVerdict, notes: Footnotes) -> Text:
 
 def _cheapest_fix(v: GpuVerdict) -> tuple[str, str]:
     """The job-spec edits that make the job fit, and the same in words ('' when it fits)."""
-    if v.fits:
+    if v.fits and not v.plan:  # fits, or tight with no plan that leaves margin
         return "", ""
     if v.plan:
         changes = "" if all(s.keeps_task for s in v.plan) else " (changes the task)"

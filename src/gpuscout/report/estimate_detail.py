@@ -13,6 +13,7 @@ from rich.text import Text
 
 from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.efficiency import Efficiency
+from gpuscout.estimator.margin import TIGHT, Band
 from gpuscout.estimator.screen import GpuVerdict
 from gpuscout.estimator.speed.estimate import SpeedEstimate
 from gpuscout.report.colocate import colocation_detail
@@ -35,15 +36,26 @@ from gpuscout.report.numbers import (
 
 def verdict_detail(v: GpuVerdict, notes: Footnotes, *, wide: bool = False) -> RenderableType:
     """Breakdown, per-GPU peak by GPU count, what to change, largest sizes that fit, and the speed."""
-    parts: list[RenderableType] = [breakdown_table(v.breakdown, f"{v.gpu_name}: memory breakdown per GPU", notes),
-                                   notes.flush()]
+    parts: list[RenderableType] = [breakdown_table(v.breakdown, f"{v.gpu_name}: memory breakdown per GPU", notes,
+                                                   v.fit_verdict), notes.flush()]
     if v.peak_by_gpu_count:
         parts.append(Text("Per-GPU peak by GPU count: " + ", ".join(
             f"{n} GPU{'s' if n > 1 else ''}: {gib(p)}" + (" ✓" if p <= v.breakdown.usable_bytes else " ✗")
             for n, p in v.peak_by_gpu_count.items())))
     if v.suggestions:
         parts.append(suggestion_table(v))
-    if v.limits.values:
+    elif v.plan and v.fits:  # tight: the plan that leaves the band's headroom
+        parts.append(Text("Plan that leaves the band's headroom (keeps the task): "
+                          + " → ".join(s.change for s in v.plan), style="yellow"))
+    if v.band is not None and v.fits:
+        parts.append(Text(band_words(v.band) if v.fit_verdict == TIGHT else
+                          f"fits with margin: the headroom covers the error band ({v.band.basis.split(':')[0]}; "
+                          "docs/estimator.md §2.15).",
+                          style="yellow" if v.fit_verdict == TIGHT else "green"))
+    if v.limits.guarded:
+        parts.append(Text(f"Largest that fits with the band's headroom: {limits_text(v.limits.guarded)}"))
+        parts.append(Text(f"Largest that fits, unguarded: {limits_text(v.limits.values)}", style="dim"))
+    elif v.limits.values:
         parts.append(Text(f"Largest that fits: {limits_text(v.limits.values)}"))
     if v.colocation is not None:
         parts.append(colocation_detail(v.colocation))
@@ -58,12 +70,20 @@ def verdict_detail(v: GpuVerdict, notes: Footnotes, *, wide: bool = False) -> Re
     return Group(*parts)
 
 
+def band_words(band: Band) -> str:
+    """Why a fit is *tight*, in one sentence."""
+    if band.override:
+        return f"tight: the headroom is under {band.basis}, of the estimated peak."
+    return (f"tight: the headroom is inside the estimator's error band, {band.basis} "
+            "(docs/estimator.md §2.15); a larger GPU or a plan leaves margin, --margin PCT overrides.")
+
+
 def limits_text(values: dict[str, int]) -> str:
     """'micro_batch = 6; seq_len = 9,216'; a knob at which nothing fits says so."""
     return "; ".join(f"{k} = {exact(val)}" if val > 0 else f"{k}: nothing fits, even at 1" for k, val in values.items())
 
 
-def breakdown_table(b: MemoryBreakdown, title: str, notes: Footnotes) -> Table:
+def breakdown_table(b: MemoryBreakdown, title: str, notes: Footnotes, fit_verdict: str | None = None) -> Table:
     """Term, category and GiB per line; each term's formula and source is a footnote."""
     table = Table(title=title)
     prose_column(table, "term")
@@ -74,8 +94,10 @@ def breakdown_table(b: MemoryBreakdown, title: str, notes: Footnotes) -> Table:
         table.add_row(t.name, t.category, gib_number(t.bytes, 2), notes.ref(f"{t.name}: {t.formula}"))
     table.add_row(Text("peak", style="bold"), "", Text(gib_number(b.peak_bytes, 2), style="bold"),
                   notes.ref("; ".join(b.notes)) if b.notes else "")
-    table.add_row("usable on this GPU", Text("fits" if b.fits else "does NOT fit", style="green" if b.fits else "red"),
-                  gib_number(b.usable_bytes, 2), "")
+    verdict = Text("fits" if b.fits else "does NOT fit", style="green" if b.fits else "red")
+    if b.fits and fit_verdict == TIGHT:
+        verdict = Text("tight", style="yellow")
+    table.add_row("usable on this GPU", verdict, gib_number(b.usable_bytes, 2), "")
     return table
 
 

@@ -102,6 +102,8 @@ def pick_table(result: PickResult, *, wide: bool = False, top: int = TOP) -> Ren
     if any(r.plan for r in rows):
         parts.append(Text(PLAN_CAPTION, style="dim"))
     parts += compat_lines([r for r in rows if r.excluded is None])  # what "!" on a ranked row means
+    if any(r.fit_verdict == "tight" and r.excluded is None for r in rows):
+        parts.append(Text(TIGHT_CAPTION, style="dim"))
     if not wide:
         parts += excluded_lines(result.rows)
     parts += [Text(line, style="yellow") for line in unvouched_lines(result.rows)]  # placeholders, unknown risk
@@ -133,6 +135,8 @@ def default_pick(result: PickResult, *, top: int = TOP) -> RenderableType:
     if any(r.plan for r in rows):
         parts.append(Text(PLAN_CAPTION, style="dim"))
     parts += compat_lines([r for r in rows if r.excluded is None])  # what "!" on a ranked row means
+    if any(r.fit_verdict == "tight" and r.excluded is None for r in rows):
+        parts.append(Text(TIGHT_CAPTION, style="dim"))
     parts += trial_lines(result.trial, result.currency)
     parts += bill_blocks(result)
     parts += excluded_lines(result.rows)
@@ -175,6 +179,7 @@ def _default_cells(row: PickRow, result: PickResult) -> list[str | Text]:
         offer.append(f"\nplan: {plan_words(row.plan)}", style="yellow")
     if row.compat and row.excluded is None:  # priced with a fallback's slowdown, or runs under a condition
         offer.append(f"\n! {short_words(row.compat)}", style="yellow")
+    offer.append(tight_words(row, shown), style="yellow")
     runtime = Text(duration(row.runtime_s) if row.runtime_s is not None else "-")
     if row.runtime_low_s is not None and row.runtime_high_s is not None and row.runtime_high_s > row.runtime_low_s:
         runtime.append(f"\n{duration_band(row.runtime_low_s, row.runtime_high_s)}", style="dim")
@@ -217,6 +222,7 @@ def _cells(row: PickRow, rank: int | None, notes: Footnotes, *, wide: bool, with
         offer.append(f"\nplan: {plan_words(row.plan)}", style="yellow")
     if row.compat and row.excluded is None:  # priced with a fallback's slowdown, or runs under a condition
         offer.append(f"\n! {short_words(row.compat)}", style="yellow")
+    offer.append(tight_words(row, shown), style="yellow")
     if row.excluded is not None:  # only `wide` keeps excluded offers in the table
         options = f"; {options_text(row.options)}" if row.options else ""
         excluded = Text(f"excluded {notes.ref(row.excluded + options)}", style="red")
@@ -237,6 +243,16 @@ def vouch_marks(row: PickRow) -> str:
     """', placeholder', ', risk unknown': what the row's total cannot vouch for (the lines under the
     table say more)."""
     return (", placeholder" if row.placeholder else "") + (", risk unknown" if row.interruption_risk_unknown else "")
+TIGHT_CAPTION = ("tight: ranked, but the headroom is inside the estimator's error band (docs/estimator.md §2.15); "
+                 "OOM risk: what running out of memory on the first try adds, a billed failed start and the "
+                 "fallback plan (docs/cost.md §2.15); --margin PCT sets the band")
+
+
+def tight_words(row: PickRow, shown: DisplayCurrency = USD) -> str:
+    """'\ntight: OOM risk +$3.10' under a tight row's offer; '' otherwise."""
+    if row.fit_verdict != "tight" or row.excluded is not None:
+        return ""
+    return f"\ntight: OOM risk +{shown_money(row.oom_risk_usd, shown)}"
 
 
 def _gpus(row: PickRow) -> str:

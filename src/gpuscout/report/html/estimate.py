@@ -6,6 +6,7 @@ from gpuscout.documents.kinds import EstimateDoc
 from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.screen import GpuVerdict
 from gpuscout.report.compat import finding_text
+from gpuscout.report.estimate_detail import band_words
 from gpuscout.report.html.parts import Html, figure, para, table
 from gpuscout.report.html.svg import Canvas, label
 from gpuscout.report.numbers import GIB, duration, gib, gib_number
@@ -21,7 +22,8 @@ def estimate_view(doc: EstimateDoc, canvas: Canvas) -> list[Html]:
     s = doc.screening
     verdicts = s.verdicts
     intro = para(f"{s.job_name} ({s.job_kind}, {s.model_name}) on {len(verdicts)} GPU(s); "
-                 f"{sum(v.fits for v in verdicts)} fit.")
+                 f"{sum(v.fits for v in verdicts)} fit"
+                 f"{_tight_words(verdicts)}.")
     if not verdicts:
         return [intro]
     return [intro, memory_plot(verdicts, canvas), _caption_notes(verdicts), verdict_table(verdicts),
@@ -79,7 +81,7 @@ def _caption_notes(verdicts: tuple[GpuVerdict, ...]) -> Html:
 
 def verdict_table(verdicts: tuple[GpuVerdict, ...]) -> Html:
     rows = [[v.gpu_sku, v.gpu_name, gib_number(v.breakdown.peak_bytes), gib_number(v.breakdown.usable_bytes),
-             gib_number(v.headroom_bytes), "fits" if v.fits else "does not fit", _job_time(v)] for v in verdicts]
+             gib_number(v.headroom_bytes), v.fit_verdict if v.fits else "does not fit", _job_time(v)] for v in verdicts]
     return table(["GPU", "name", "peak GiB", "usable GiB", "headroom GiB", "verdict", "job time"], rows,
                  numeric=(2, 3, 4))
 
@@ -111,4 +113,12 @@ def _term_tip(v: GpuVerdict, category: str) -> str:
 def _limit_tip(v: GpuVerdict) -> str:
     b = v.breakdown
     return (f"{v.gpu_sku}: peak {gib(b.peak_bytes)} of {gib(b.usable_bytes)} usable; "
-            f"headroom {gib(v.headroom_bytes)} ({'fits' if v.fits else 'does not fit'})")
+            f"headroom {gib(v.headroom_bytes)} ({v.fit_verdict if v.fits else 'does not fit'})")
+
+
+def _tight_words(verdicts: tuple[GpuVerdict, ...]) -> str:
+    """', 2 of them tight (…the band…)': a fit inside the estimator's error band, said where it is counted."""
+    tight = [v for v in verdicts if v.fits and v.fit_verdict == "tight"]
+    if not tight or tight[0].band is None:
+        return ""
+    return f", {len(tight)} of them tight ({band_words(tight[0].band)})"

@@ -17,7 +17,16 @@ from gpuscout.report.gpu_layout import layout_words
 from gpuscout.report.html.parts import Html, bullets, details, figure, para, shorten, table, tag
 from gpuscout.report.html.svg import Canvas, color, log_scale
 from gpuscout.report.numbers import age, duration, duration_band
-from gpuscout.report.pick import TOP, plan_words, rates_text, shown_money, shown_rows, unit_costs
+from gpuscout.report.pick import (
+    TIGHT_CAPTION,
+    TOP,
+    plan_words,
+    rates_text,
+    shown_money,
+    shown_rows,
+    tight_words,
+    unit_costs,
+)
 from gpuscout.report.trial import trial_lines
 from gpuscout.report.unvouched import unvouched_lines
 from gpuscout.units import HOUR_S
@@ -104,6 +113,8 @@ def _tip(row: PickRow, shown: DisplayCurrency) -> str:
     if row.plan:
         lines.append(f"plan: {plan_words(row.plan)}")
     lines += [finding_text(f) for f in row.compat if row.excluded is None]
+    if tight_words(row, shown):
+        lines.append(tight_words(row, shown).strip())
     if row.excluded is not None:
         lines.append(f"excluded: {row.excluded}")
     return "\n".join(lines)
@@ -117,7 +128,8 @@ def ranked_table(doc: PickDoc) -> Html:
               shown_band(r, pick.currency) if r.total_usd is not None else "",
               "≈ overlaps the leader" if r.separable is False else "",
               shown_money(r.total_p95_usd, pick.currency), shorten(unit_costs(r.unit_costs_usd, pick.currency), 60),
-              "" if r.slo_met is None else ("yes" if r.slo_met else "no"), plan_words(r.plan) if r.plan else "",
+              "" if r.slo_met is None else ("yes" if r.slo_met else "no"),
+              "; ".join(x for x in (plan_words(r.plan) if r.plan else "", tight_words(r, pick.currency).strip()) if x),
               f"{r.observed_at} ({_age(r, pick.today)}{', stale' if r.stale else ''})"] for i, r in enumerate(rows)]
     caption = (f"Ranked offers ({pick.currency.code}; bold: on the Pareto frontier; the band runs from the bill at "
                "the fast end of the runtime band to the P95 bill at its slow end; ≈: not separable from the leader "
@@ -130,6 +142,8 @@ def ranked_table(doc: PickDoc) -> Html:
     if hidden:
         out.append(para(f"… {hidden:,} more ranked offers not shown (`gpuscout pick --json` has every row).",
                         class_="note"))
+    if any(r.fit_verdict == "tight" and r.excluded is None for r in rows):
+        out.append(para(TIGHT_CAPTION, class_="note"))
     return Html("".join(out))
 
 
