@@ -216,8 +216,12 @@ def check_estimate(report: Any) -> None:
     check_job(report.job)
     all_finite(report.screening)
     for where, number in numbers(report.screening):
-        if where.endswith(("_bytes", "_s", "seconds", "hours")):
+        # Headroom and spare bytes are signed on purpose: a job or co-served set that does not fit is short.
+        if where.endswith(("_bytes", "_s", "seconds", "hours")) and not where.endswith(SIGNED):
             assert number >= 0, f"{where} = {number}"
+
+
+SIGNED = (".spare_bytes", ".headroom_bytes")  # negative when it does not fit: short by that much
 
 
 CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\x9b]")

@@ -25,6 +25,14 @@ def test_no_figure_ever_prints_an_exponent(value: float) -> None:
         assert "e+" not in text and "e-" not in text and "inf" not in text
 
 
+@given(st.floats(min_value=-1e15, max_value=1e15, allow_nan=False))
+def test_a_negative_time_prints_with_its_sign(value: float) -> None:
+    """A difference of two times can be negative; seconds(-200) used to recurse with duration() forever
+    (found by the compare_pair fuzz surface)."""
+    for show in (numbers.seconds, numbers.duration):
+        assert show(value).startswith("-") == (value < 0)
+
+
 def test_money_has_cents_and_more_digits_only_below_a_cent() -> None:
     assert numbers.money(1234.5) == "$1,234.50"
     assert numbers.money(0.0036) == "$0.0036"

@@ -99,6 +99,8 @@ def duration(value: float) -> str:
     """A job's length in the unit a person would say: '45 s', '12 min', '5.6 h', '2.1 d'."""
     if not math.isfinite(value):
         return "n/a"
+    if value < 0:  # a difference of durations; one sign, then the size (seconds() sends large ones here)
+        return f"-{duration(-value)}"
     if value < 120:
         return f"{value:.0f} s" if value >= 1 else seconds(value)
     if value < 2 * HOUR_S:
