@@ -92,10 +92,19 @@ def pick_table(result: PickResult, *, wide: bool = False, top: int = TOP) -> Ren
         rank += row.excluded is None
         table.add_row(*_cells(row, rank if row.excluded is None else None, notes, wide=wide, with_slo=with_slo,
                               shown=result.currency))
-    title = f"{result.job_name}: offers ranked by total job cost ({result.currency.code})" + (
-        ", as written" if result.as_written else "")
-    parts: list[RenderableType] = [Text(title, style="bold"), table, notes.flush(),
+    parts: list[RenderableType] = [_title(result), table, notes.flush(),
                                    Text(WIDE_CAPTION if wide else CAPTION, style="dim")]
+    return Group(*parts, *_captions(rows, hidden), *_notes(result))
+
+
+def _title(result: PickResult) -> Text:
+    return Text(f"{result.job_name}: offers ranked by total job cost ({result.currency.code})"
+                + (", as written" if result.as_written else ""), style="bold")
+
+
+def _captions(rows: Sequence[PickRow], hidden: int) -> list[RenderableType]:
+    """What the marks inside the table mean: rows not shown, plans, compatibility findings, tight fits."""
+    parts: list[RenderableType] = []
     if hidden:
         parts.append(Text(f"… {hidden:,} more ranked offers not shown (--top 0 shows all; --json has every row)",
                           style="dim"))
@@ -104,14 +113,17 @@ def pick_table(result: PickResult, *, wide: bool = False, top: int = TOP) -> Ren
     parts += compat_lines([r for r in rows if r.excluded is None])  # what "!" on a ranked row means
     if any(r.fit_verdict == "tight" and r.excluded is None for r in rows):
         parts.append(Text(TIGHT_CAPTION, style="dim"))
-    if not wide:
-        parts += excluded_lines(result.rows)
-    parts += [Text(line, style="yellow") for line in unvouched_lines(result.rows)]  # placeholders, unknown risk
+    return parts
+
+
+def _notes(result: PickResult) -> list[RenderableType]:
+    """What the ranking could not vouch for or check, the exchange rates it used, and its warnings."""
+    parts: list[RenderableType] = [Text(line, style="yellow") for line in unvouched_lines(result.rows)]
     parts += machine_lines(result.rows, result.currency)  # the dataset's pull, extra disk, unstated host facts
     if result.exchange_rates:
         parts.append(Text(rates_text(result.exchange_rates)))
     parts += [Text(f"warning: {w}", style="yellow") for w in result.warnings]
-    return Group(*parts)
+    return parts
 
 
 def default_pick(result: PickResult, *, top: int = TOP) -> RenderableType:
@@ -126,26 +138,9 @@ def default_pick(result: PickResult, *, top: int = TOP) -> RenderableType:
     label_column(table, "  age")  # and the marks, in one column: two characters saved for the offer id
     for row in rows:
         table.add_row(*_default_cells(row, result))
-    title = f"{result.job_name}: offers ranked by total job cost ({result.currency.code})" + (
-        ", as written" if result.as_written else "")
-    parts: list[RenderableType] = [Text(title, style="bold"), table, *_legend(rows)]
-    if hidden:
-        parts.append(Text(f"… {hidden:,} more ranked offers not shown (--top 0 shows all; --json has every row)",
-                          style="dim"))
-    if any(r.plan for r in rows):
-        parts.append(Text(PLAN_CAPTION, style="dim"))
-    parts += compat_lines([r for r in rows if r.excluded is None])  # what "!" on a ranked row means
-    if any(r.fit_verdict == "tight" and r.excluded is None for r in rows):
-        parts.append(Text(TIGHT_CAPTION, style="dim"))
-    parts += trial_lines(result.trial, result.currency)
-    parts += bill_blocks(result)
-    parts += excluded_lines(result.rows)
-    parts += [Text(line, style="yellow") for line in unvouched_lines(result.rows)]  # placeholders, unknown risk
-    parts += machine_lines(result.rows, result.currency)  # the dataset's pull, extra disk, unstated host facts
-    if result.exchange_rates:
-        parts.append(Text(rates_text(result.exchange_rates)))
-    parts += [Text(f"warning: {w}", style="yellow") for w in result.warnings]
-    return Group(*parts)
+    return Group(_title(result), table, *_legend(rows), *_captions(rows, hidden),
+                 *trial_lines(result.trial, result.currency), *bill_blocks(result), *excluded_lines(result.rows),
+                 *_notes(result))
 
 
 def _legend(rows: Sequence[PickRow]) -> list[Text]:
