@@ -25,7 +25,7 @@ from gpuscout.cost.billed_time import billed_seconds, billed_startup_s
 from gpuscout.cost.billing import CostOptions, rate_per_s
 from gpuscout.cost.capacity import MeasuredCapacity, capacity_warnings, find_capacity, judge_measured
 from gpuscout.cost.cost_band import priced_band, separable_flags, total_band
-from gpuscout.cost.machine import MachineCheck, check_machine, host_needs, price_on_machine
+from gpuscout.cost.machine import MachineCheck, check_machine, host_needs, machine_offer, price_on_machine
 from gpuscout.cost.pick_row import PickRow, exclusion, row_base, unit_costs
 from gpuscout.cost.spot import SpotNeverFinishes
 from gpuscout.cost.spot_prior import InterruptionPrior, SpotKnowledge, prior_for, with_prior
@@ -172,13 +172,15 @@ def guarded(offer: Offer, today: date, judge: Callable[[], PickRow]) -> PickRow:
         first = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
         return unpriced(offer, today, f"its numbers could not be priced ({type(exc).__name__}: {first})")
     numbers = {"runtime": row.runtime_s, "total": row.total_usd, "P95 total": row.total_p95_usd,
-               **{name: value for name, value in row.unit_costs_usd.items()}}
+               "total's low end": row.total_low_usd, "total's high end": row.total_high_usd,
+               "out-of-memory risk": row.oom_risk_usd, **{name: value for name, value in row.unit_costs_usd.items()}}
     if row.cost is not None:
         numbers |= {"cost": row.cost.total, "P95 cost": row.cost.total_p95, "billed time": row.cost.billed_s}
     broken = next((name for name, value in numbers.items() if value is not None and not math.isfinite(value)), None)
     if broken is not None:
         return unpriced(offer, today, f"its {broken} comes out as {numbers[broken]}")
-    for name, value in (("total", row.total_usd), ("P95 total", row.total_p95_usd)):
+    for name, value in (("total", row.total_usd), ("P95 total", row.total_p95_usd),
+                        ("total's high end", row.total_high_usd)):
         if value is not None and value > MAX_TOTAL_USD:
             return unpriced(offer, today, f"its {name}, ${value:.3g}, is past ${MAX_TOTAL_USD:.0e}")
     return row
@@ -266,11 +268,15 @@ def oom_risk_usd(offer: Offer, layout: Layout, total_usd: float, options: CostOp
     (start-up and idle tail, under the offer's minimum and increment: the run dies at its first steps)
     plus the fallback's total less this total. The fallback is the plan that leaves the band's
     headroom; where none exists the same job is run again, so the whole total is at risk."""
-    failed = billed_seconds(billed_startup_s(offer) + offer.idle_tail_s, offer) * rate_per_s(offer)
+    used = machine_offer(offer, machine)  # the failed start pulls the dataset too
+    failed = billed_seconds(billed_startup_s(used) + used.idle_tail_s, used) * rate_per_s(used)
     extra = total_usd
     if layout.fallback_runtime_s is not None:
-        fallback = price_on_machine(offer, layout.fallback_runtime_s, options, machine, rates)
-        extra = max(0.0, to_usd(fallback.total, offer.currency, rates) - total_usd)
+        try:
+            fallback = price_on_machine(offer, layout.fallback_runtime_s, options, machine, rates, formulas=False)
+            extra = max(0.0, to_usd(fallback.total, offer.currency, rates) - total_usd)
+        except SpotNeverFinishes:  # the slower fallback cannot finish on spot: the job as laid out runs again
+            pass
     return to_usd(failed, offer.currency, rates) + extra
 
 

@@ -17,8 +17,10 @@ from collections.abc import Sequence
 
 from gpuscout.cost.billing import CostOptions, price_job
 from gpuscout.cost.cost_band import stake_usd
+from gpuscout.cost.machine import price_on_machine
 from gpuscout.cost.pick_row import PickRow
 from gpuscout.cost.spot import SpotNeverFinishes
+from gpuscout.cost.spot_prior import with_prior
 from gpuscout.errors import SpecError
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.currency import ExchangeRate, to_usd
@@ -72,7 +74,11 @@ def trial_bill(row: PickRow, offer: Offer, rates: Sequence[ExchangeRate], comman
     work = trial_work_s(row)
     if work is None:
         return None
-    bill = price_job(offer, work, CostOptions())
+    # The offer as the ranking priced it: the interruption band the user gave (or the prior) and the
+    # machine as this job uses it (the dataset's pull is billed on the trial's box too).
+    priced = with_prior(offer, row.interruption_prior)
+    bill = (price_on_machine(priced, work, None, row.machine, rates, formulas=False) if row.machine is not None
+            else price_job(priced, work, CostOptions(), formulas=False))
     return TrialBill(offer_id=row.offer_id, work_s=work, billed_s=bill.billed_s,
                      total_usd=to_usd(bill.total, offer.currency, rates), command=command)
 

@@ -14,6 +14,7 @@ Pareto frontier, and at most a few ids per exclusion reason; `--json` carries ev
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import date
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -30,17 +31,21 @@ from gpuscout.estimator.fit import Suggestion
 from gpuscout.hardware.currency import USD, DisplayCurrency, ExchangeRate
 from gpuscout.report.bill_block import band_lines, bill_blocks, bill_parts, find_row, shown_band
 from gpuscout.report.calibration import calibration_block
-from gpuscout.report.compat import compat_lines, short_words
+from gpuscout.report.compat import compat_lines, finding_text, short_words
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.gpu_layout import layout_words
 from gpuscout.report.layout import label_column, number_column, plain, prose_column, some_ids
 from gpuscout.report.machine import machine_lines
 from gpuscout.report.numbers import age, duration, duration_band, gib, money, money_in, seconds, sig
 from gpuscout.report.trial import trial_lines
-from gpuscout.report.unvouched import unvouched_lines
+from gpuscout.report.unvouched import band_line, unvouched_lines
 
 CAPTION = "★ = on the time–cost Pareto frontier; P95 from a seeded spot simulation"
-WIDE_CAPTION = CAPTION + "; runtime band from the efficiency factors"
+WIDE_CAPTION = (CAPTION + "; runtime band from the efficiency factors; n/m× = the job uses n of the instance's m "
+                          "GPUs")
+TIGHT_CAPTION = ("tight: ranked, but the headroom is inside the estimator's error band (docs/estimator.md §2.15); "
+                 "OOM risk: what running out of memory on the first try adds, a billed failed start and the "
+                 "fallback plan (docs/cost.md §2.15); --margin PCT sets the band")
 PLAN_CAPTION = "plan: changes that keep the task, applied so that it fits (each step: --json)"
 TOP = 25  # ranked offers shown by default; 0 shows all
 UNIT_LABELS = {"usd_per_epoch": "/epoch", "usd_per_1m_train_tokens": "/1M tok", "usd_per_1m_output_tokens": "/1M out",
@@ -92,9 +97,9 @@ def pick_table(result: PickResult, *, wide: bool = False, top: int = TOP) -> Ren
         rank += row.excluded is None
         table.add_row(*_cells(row, rank if row.excluded is None else None, notes, wide=wide, with_slo=with_slo,
                               shown=result.currency))
-    parts: list[RenderableType] = [_title(result), table, notes.flush(),
-                                   Text(WIDE_CAPTION if wide else CAPTION, style="dim")]
-    return Group(*parts, *_captions(rows, hidden), *_notes(result))
+    parts: list[RenderableType] = [_title(result), table, notes.flush(), Text(WIDE_CAPTION, style="dim")]
+    return Group(*parts, *_captions(rows, hidden), *trial_lines(result.trial, result.currency), *bill_blocks(result),
+                 *_notes(result))
 
 
 def _title(result: PickResult) -> Text:
@@ -182,14 +187,14 @@ def _default_cells(row: PickRow, result: PickResult) -> list[str | Text]:
     if row.total_usd is not None:
         total.append(f"\n{shown_band(row, shown)}", style="dim")
     marks = ("★" if row.pareto else "") + ("≈" if row.separable is False else "")
-    aged = Text(f"{_age(row, result):>5}", style="yellow" if row.stale else "")
+    aged = Text(f"{price_age(row, result.today) or str(row.observed_at):>5}", style="yellow" if row.stale else "")
     aged.append(f" {marks}" if marks else "")
     return [offer, runtime, total, aged]
 
 
-def _age(row: PickRow, result: PickResult) -> str:
-    """How old the row's price is on the day of the ranking."""
-    return age((result.today - row.observed_at).days) if result.today is not None else str(row.observed_at)
+def price_age(row: PickRow, today: date | None) -> str:
+    """How old the row's price is on the day of the ranking ('' when the ranking has no day)."""
+    return age((today - row.observed_at).days) if today is not None else ""
 
 
 def _add_columns(table: Table, *, wide: bool, with_slo: bool) -> None:
@@ -238,9 +243,6 @@ def vouch_marks(row: PickRow) -> str:
     """', placeholder', ', risk unknown': what the row's total cannot vouch for (the lines under the
     table say more)."""
     return (", placeholder" if row.placeholder else "") + (", risk unknown" if row.interruption_risk_unknown else "")
-TIGHT_CAPTION = ("tight: ranked, but the headroom is inside the estimator's error band (docs/estimator.md §2.15); "
-                 "OOM risk: what running out of memory on the first try adds, a billed failed start and the "
-                 "fallback plan (docs/cost.md §2.15); --margin PCT sets the band")
 
 
 def tight_words(row: PickRow, shown: DisplayCurrency = USD) -> str:
@@ -423,6 +425,12 @@ def explain_screen(result: PickResult, offer_id: str) -> RenderableType:
         parts.append(Text(f"runtime {duration(row.runtime_s)}{band}"))
     if row.total_usd is not None:
         parts += band_lines(row, result)
+    if row.interruption_prior is not None:  # the bill below was priced under this band, not a stated rate
+        parts.append(Text(band_line(row.interruption_prior, [row.offer_id]), style="yellow"))
+    if row.fit_verdict == "tight" and row.excluded is None:
+        parts.append(Text(tight_words(row, shown).strip(), style="yellow"))
+    if row.compat:
+        parts += [Text(finding_text(f), style="yellow") for f in row.compat]
     if row.cost is not None:
         bill = bill_in(row.cost, shown, result.exchange_rates)
         parts.append(bill_table(bill, f"{row.offer_id}: the bill at the expected runtime", result.exchange_rates))

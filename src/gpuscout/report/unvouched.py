@@ -32,11 +32,11 @@ def unvouched_lines(rows: Sequence[PickRow]) -> list[str]:
         if row.interruption_prior is not None:
             by_band.setdefault(row.interruption_prior, []).append(row.offer_id)
     for prior, ids in by_band.items():
-        lines.append(_band_line(prior, ids))
+        lines.append(band_line(prior, ids))
     return lines
 
 
-def _band_line(prior: InterruptionPrior, ids: Sequence[str]) -> str:
+def band_line(prior: InterruptionPrior, ids: Sequence[str]) -> str:
     rates = f"interruptions priced at {every(prior.expected_per_hour)}" + (
         f", P95 at {every(prior.high_per_hour)}" if prior.high_per_hour > prior.expected_per_hour else "")
     if prior.unknown:
@@ -59,5 +59,6 @@ def unvouched_payload(rows: Sequence[PickRow]) -> dict[str, object]:
     """The same, for `--json`: the offers in each group and the lines as the screen words them."""
     return {"placeholders_not_ranked": [r.offer_id for r in rows if r.excluded == PLACEHOLDER_NOT_RANKED],
             "placeholders_ranked": [r.offer_id for r in rows if r.placeholder and r.excluded is None],
-            "interruption_risk_unknown": [r.offer_id for r in rows if r.interruption_risk_unknown],
+            "interruption_risk_unknown": [r.offer_id for r in rows  # as the screen counts them: the priced ones
+                                          if r.interruption_risk_unknown and r.total_usd is not None],
             "lines": unvouched_lines(rows)}

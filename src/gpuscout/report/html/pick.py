@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from datetime import date
 from typing import TYPE_CHECKING
 
 from gpuscout.cost.pick_row import PickRow
@@ -16,11 +15,12 @@ from gpuscout.report.compat import finding_text
 from gpuscout.report.gpu_layout import layout_words
 from gpuscout.report.html.parts import Html, bullets, details, figure, para, shorten, table, tag
 from gpuscout.report.html.svg import Canvas, color, log_scale
-from gpuscout.report.numbers import age, duration, duration_band
+from gpuscout.report.numbers import duration, duration_band
 from gpuscout.report.pick import (
     TIGHT_CAPTION,
     TOP,
     plan_words,
+    price_age,
     rates_text,
     shown_money,
     shown_rows,
@@ -130,7 +130,8 @@ def ranked_table(doc: PickDoc) -> Html:
               shown_money(r.total_p95_usd, pick.currency), shorten(unit_costs(r.unit_costs_usd, pick.currency), 60),
               "" if r.slo_met is None else ("yes" if r.slo_met else "no"),
               "; ".join(x for x in (plan_words(r.plan) if r.plan else "", tight_words(r, pick.currency).strip()) if x),
-              f"{r.observed_at} ({_age(r, pick.today)}{', stale' if r.stale else ''})"] for i, r in enumerate(rows)]
+              f"{r.observed_at} ({price_age(r, pick.today) or 'age unknown'}{', stale' if r.stale else ''})"]
+             for i, r in enumerate(rows)]
     caption = (f"Ranked offers ({pick.currency.code}; bold: on the Pareto frontier; the band runs from the bill at "
                "the fast end of the runtime band to the P95 bill at its slow end; ≈: not separable from the leader "
                "before measuring)")
@@ -189,10 +190,6 @@ def _ids(group: Sequence[PickRow]) -> Html:
 def _gpus(row: PickRow) -> str:
     words = layout_words(row)
     return f"{row.gpu_count} × {row.gpu_sku}" + (f" ({words.split(': ', 1)[1]})" if words else "")
-
-
-def _age(row: PickRow, today: date | None) -> str:
-    return age((today - row.observed_at).days) if today is not None else "age unknown"
 
 
 def _runtime(row: PickRow) -> str:
