@@ -127,7 +127,9 @@ def fit(rows: Sequence[Any], category: str) -> dict[Constant, float] | None:
     points = [r for r in rows if r.point.category == category and r.counted]
     if not points:
         return None
-    values = {c: committed()[c] for c in group}
+    # Start from the middle of each grid, not the committed values: those were set with every source,
+    # the held-out one too, and a coordinate descent can settle near where it starts.
+    values = {c: c.grid[len(c.grid) // 2] for c in group}
     for _ in range(SWEEPS):
         before = dict(values)
         for constant in group:

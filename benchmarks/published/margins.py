@@ -3,8 +3,9 @@
 For each counted memory point the shortfall is how far the measured peak sits above the estimate
 made without the point's own source: max(0, measured ÷ estimate − 1). A category's band is the
 largest shortfall over its points that have none of the tracked setups (`margin.setups_of`); each
-setup's band is the largest over the points that have it. A job takes the largest of its category's
-band and its setups' bands (`gpuscout.estimator.margin.band_for`).
+setup's band is the largest over the points that have exactly that setup, and a point with several
+setups at once forms its own group ("cpu offload + vae slicing"). A job takes the largest of its
+category's band and the bands of the groups whose setups it all has (`margin.band_for`).
 
 Why the largest and not a quantile: with n exchangeable points the chance that the next job's
 shortfall exceeds the largest of the n is 1/(n + 1); a 90% quantile of 8 or 20 points is not
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from gpuscout.estimator.margin import setup_key
 from published.gpuscout_side import _setup
 from published.loso import source_key
 
@@ -41,9 +43,10 @@ def _group(rows: Sequence[Any]) -> dict[str, list[Any]]:
 
     groups: dict[str, list[Any]] = {}
     for row in rows:
+        # A point measured with two setups at once (VAE slicing and sequential offload) says nothing of
+        # either alone: it forms its own group, used only for jobs that have both (`margin.band_for`).
         setups = setups_of(_setup(row.point.to_wire())[0])
-        for name in setups or (ALL,):
-            groups.setdefault(name, []).append(row)
+        groups.setdefault(setup_key(setups) if setups else ALL, []).append(row)
     return groups
 
 
@@ -80,7 +83,7 @@ def derive(rows: Sequence[Any]) -> list[dict[str, Any]]:
         for setup in sorted(s for s in groups if s != ALL):
             row = _band(category, setup, groups[setup])
             if row["points"] < MIN_POINTS:
-                row["note"] = f"only {row['points']} points: never below the category's band"
+                row["note"] = f"only {row['points']} point{'s' if row['points'] != 1 else ''}: never below the category's band"
                 if base["band"] > row["band"]:
                     row["band"] = base["band"]
             out.append(row)

@@ -139,7 +139,9 @@ def test_a_signal_mid_run_keeps_the_finished_levels_and_requests(tmp_path: Path,
     for case in result.cases:
         ttft = {m.name: m for m in case.metrics}["ttft_s"].summary
         kept += 0 if ttft is None else ttft.n
-    assert kept >= answered - 2, (kept, answered)  # at most the 2 in flight (concurrency 2) are lost
+    # Lost: at most the 2 in flight (concurrency 2) at the signal and at each earlier level's end, where
+    # the client cancels what the deadline cut off though the server may still finish it.
+    assert kept >= answered - 2 * len(result.cases), (kept, answered, len(result.cases))
     assert (tmp_path / "load.workload.json").is_file()
 
 

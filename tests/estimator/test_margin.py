@@ -33,7 +33,7 @@ from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.screen import judge, screen
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.offers import Offer
-from gpuscout.workload.job import FinetuneJob, Job
+from gpuscout.workload.job import FinetuneJob, ImageJob, Job
 
 TODAY = date(2026, 12, 3)
 RTX5090 = find_gpu("rtx-5090")
@@ -86,7 +86,7 @@ def test_a_job_takes_the_largest_of_its_category_and_setup_bands() -> None:
     assert band_for(job, margins=margins).fraction == 0.13
     sharded = job.model_copy(update={"gpus": 2, "sharding": "fsdp"})
     got = band_for(sharded, margins=margins)
-    assert got.fraction == 0.17 and got.setups == ("sharded", "qlora")
+    assert got.fraction == 0.17 and set(got.setups) == {"sharded", "qlora"}
     assert "13 published points from 1 source" in got.basis
     plain = job.model_copy(update={"method": "lora"})
     assert band_for(plain, margins=margins).fraction == 0.08
@@ -198,3 +198,20 @@ def test_the_margin_flag_from_the_command_line(tmp_path: Any) -> None:
         assert done.returncode == 0, done.stderr
         row = next(line for line in done.stdout.splitlines() if line.startswith("│ h100-sxm5-80gb"))
         assert f"│ {shown} " in row
+
+
+def test_a_group_measured_with_two_setups_applies_only_to_jobs_with_both() -> None:
+    """The SDXL run with VAE slicing and sequential offload together says nothing of a job that only slices."""
+    margins = Margins(derivation={}, rows=(
+        BandRow(category="image_peak", setup="all", band=0.17, points=4, sources=("a",), worst="x"),
+        BandRow(category="image_peak", setup="vae slicing", band=0.60, points=1, sources=("a",), worst="y"),
+        BandRow(category="image_peak", setup="cpu offload + vae slicing", band=2.68, points=1, sources=("a",),
+                worst="z"),
+    ))
+    job, _, _ = job_and_model("sdxl-1024")
+    assert isinstance(job, ImageJob)
+    assert band_for(job, margins=margins).fraction == 0.17
+    slicing = job.model_copy(update={"vae_slicing": True})
+    assert band_for(slicing, margins=margins).fraction == 0.60
+    both = slicing.model_copy(update={"offload": "sequential"})
+    assert band_for(both, margins=margins).fraction == 2.68

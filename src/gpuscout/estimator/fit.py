@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 from pydantic import Field
 
 from gpuscout.estimator.breakdown import MemoryBreakdown
-from gpuscout.estimator.margin import FITS, Band, judge_fit
+from gpuscout.estimator.margin import FITS, Band, band_for, judge_fit
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu
@@ -118,9 +118,12 @@ def plan_keeping_task(job: Job, model: Model, gpu: Gpu, *, same_gpus: bool = Fal
     return _plan(job, model, gpu, keep, band)
 
 
-def _ok(b: MemoryBreakdown, band: Band | None) -> bool:
-    """Fits; with a band, fits with the band's headroom left."""
-    return b.fits if band is None else judge_fit(b.peak_bytes, b.usable_bytes, band) == FITS
+def _ok(b: MemoryBreakdown, band: Band | None, planned: Job) -> bool:
+    """Fits; with a band, fits with the headroom of the band of the job as planned: a step that adds
+    offload or sharding moves the job to that setup's (wider) band. A --margin override stays as given."""
+    if band is None:
+        return b.fits
+    return judge_fit(b.peak_bytes, b.usable_bytes, band if band.override else band_for(planned)) == FITS
 
 
 def task_changing_options(job: Job, model: Model, gpu: Gpu) -> tuple[Suggestion, ...]:
@@ -141,7 +144,7 @@ def _plan(job: Job, model: Model, gpu: Gpu, pool: Sequence[Candidate],
             continue
         current, before = apply_edits(current, c.edits), after.peak_bytes
         taken.append(c)
-        if _ok(after, band):
+        if _ok(after, band, current):
             return _steps(job, model, gpu, _prune(job, model, gpu, taken, band))
     return ()
 
@@ -151,7 +154,8 @@ def _prune(job: Job, model: Model, gpu: Gpu, taken: list[Candidate], band: Band 
     kept = list(taken)
     for c in reversed(taken[:-1]):
         rest = [k for k in kept if k is not c]
-        if _ok(estimate_memory(_apply_all(job, rest), model, gpu), band):
+        planned = _apply_all(job, rest)
+        if _ok(estimate_memory(planned, model, gpu), band, planned):
             kept = rest
     return kept
 
@@ -403,8 +407,8 @@ def largest_fitting(job: Job, model: Model, gpu: Gpu, field: str, upper: int, ba
     """Largest value of an integer job field in [1, upper] that fits (memory is monotone in it); with
     `band`, that fits with the band's headroom left (the verdict *fits*, not *tight*)."""
     def fits(value: int) -> bool:
-        b = estimate_memory(_with_field(job, field, value), model, gpu)
-        return b.fits if band is None else judge_fit(b.peak_bytes, b.usable_bytes, band) == FITS
+        changed = _with_field(job, field, value)
+        return _ok(estimate_memory(changed, model, gpu), band, changed)
 
     if not fits(1):
         return 0

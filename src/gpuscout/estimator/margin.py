@@ -15,7 +15,7 @@ the band with the user's own figure.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any, Literal
@@ -64,6 +64,14 @@ def setups_of(job: Job) -> tuple[str, ...]:
         if isinstance(job, ImageJob) and job.vae_slicing:
             found.append("vae slicing")
     return tuple(found)
+
+
+SETUP_JOIN = " + "
+
+
+def setup_key(setups: Sequence[str]) -> str:
+    """The name of a group of points measured with these setups together: 'cpu offload + vae slicing'."""
+    return SETUP_JOIN.join(sorted(setups))
 
 
 class BandRow(Frozen):
@@ -117,8 +125,11 @@ def band_for(job: Job, margin_pct: float | None = None, margins: Margins | None 
         return Band(fraction=margin_pct / 100.0, category=category, setups=(), override=True,
                     basis=f"--margin {margin_pct:g}%")
     table = margins or load_margins()
-    by_setup: Mapping[str, BandRow] = {r.setup: r for r in table.rows if r.category == category}
-    chosen = [by_setup[s] for s in (ALL, *setups_of(job)) if s in by_setup]
+    has = set(setups_of(job))
+    # The category's row, and each group measured with setups this job all has: a band measured with
+    # VAE slicing and offload together does not apply to a job that only slices.
+    chosen = [r for r in table.rows if r.category == category
+              and (r.setup == ALL or set(r.setup.split(SETUP_JOIN)) <= has)]
     if not chosen:
         raise MarginsError(f"no error band for {category}", why="margins.toml has no row for it",
                            fix="rewrite the file with benchmarks/published_error.py --write-margins")
