@@ -83,7 +83,8 @@ def derive(rows: Sequence[Any]) -> list[dict[str, Any]]:
         for setup in sorted(s for s in groups if s != ALL):
             row = _band(category, setup, groups[setup])
             if row["points"] < MIN_POINTS:
-                row["note"] = f"only {row['points']} point{'s' if row['points'] != 1 else ''}: never below the category's band"
+                plural = "s" if row["points"] != 1 else ""
+                row["note"] = f"only {row['points']} point{plural}: never below the category's band"
                 if base["band"] > row["band"]:
                     row["band"] = base["band"]
             out.append(row)
