@@ -25,6 +25,13 @@ def pytest_configure(config: pytest.Config) -> None:
     ignored ones)."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # The same for a suite started under `nohup` (SIGHUP ignored) or by a runner that ignores SIGTERM:
+    # gpuscout keeps a stop signal it was started ignoring ignored (nohup's promise, tested in
+    # tests/test_interrupts.py), so the SIGHUP and SIGTERM tests need the default disposition. Beside a
+    # CPU hog started with nohup, every SIGHUP test failed with exit code 0 for that reason alone.
+    for sig in (signal.SIGHUP, signal.SIGTERM):
+        if signal.getsignal(sig) is signal.SIG_IGN:
+            signal.signal(sig, signal.SIG_DFL)
 
 
 @pytest.fixture(autouse=True)
