@@ -10,7 +10,6 @@ from functools import cache
 from pathlib import Path
 
 import pytest
-from tests.report.screens import render
 
 from gpuscout import api
 from gpuscout.cost.pick import PLACEHOLDER_NOT_RANKED
@@ -20,6 +19,7 @@ from gpuscout.hardware.price_sheet import default_price_sheet
 from gpuscout.report.payload import pick_payload
 from gpuscout.report.pick import pick_screen
 from gpuscout.report.unvouched import unvouched_lines
+from report.screens import render
 
 TODAY = date(2026, 12, 1)
 PLACEHOLDER = "autodl-rtx4090-placeholder"
