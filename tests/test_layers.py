@@ -28,12 +28,15 @@ ALLOWED: dict[str, set[str]] = {
     "results": {"estimator", "workload", "hardware"},
     # cost ranks offers from the estimator's facts (memory fit, speed) and prices stored results.
     "cost": {"results", "estimator", "hardware", "workload"},
+    # trial runs the same script on every rented candidate through an engine, then prices and judges what came
+    # back with the cost and results layers (it never imports measure or doctor: those run on the box).
+    "trial": {"results", "cost", "estimator", "workload", "hardware"},
     # documents reads gpuscout's own outputs back (estimate, pick, compare, results) into the models that wrote them.
     "documents": {"results", "cost", "estimator", "workload", "hardware"},
-    "report": {"estimator", "measure", "doctor", "trace", "loadgen", "results", "cost", "documents", "workload",
-               "hardware"},
+    "report": {"estimator", "measure", "doctor", "trace", "loadgen", "results", "cost", "documents", "trial",
+               "workload", "hardware"},
     "api": {"estimator", "torchmodel", "measure", "doctor", "trace", "loadgen", "results", "cost", "documents",
-            "workload", "hardware"},
+            "trial", "workload", "hardware"},
     # __init__ re-exports the api, and the types and option builders its calls take and return.
     "__init__": {"api", "loadgen", "measure", "workload", "cost", "results"},
     "__main__": {"cli"},
