@@ -25,6 +25,9 @@ What each measured quantity is compared with (also written into validation/publi
 * nvidia_smi_*         the whole peak, less vLLM's unused engine reserve (nvidia-smi shows the process).
 * max_seq_len_tokens   the largest seq_len that fits on the GPU (`estimator.fit.largest_fitting`),
                        rounded down to a multiple of 256.
+* framework            a point's `framework` (the trainer it ran under) becomes the job's `framework` key
+                       when this gpuscout's job class has that field and knows the id; otherwise it is
+                       not passed and the job is estimated as written.
 * speed quantities     the matching metric of `estimate_speed`: step_s, tokens_per_s, samples_per_s
                        (fine-tune); ttft_s, tpot_s, output_tokens_per_s (serving; tokens_per_s means
                        output tokens/s there); s_per_image (image); s_per_it is the training step or one
@@ -50,8 +53,10 @@ class Inexpressible(Exception):
 
 def estimate_point(wire: dict[str, Any]) -> dict[str, Any]:
     """{'id', 'status': ok | inexpressible | failed, 'value' (in the measured unit), 'detail'}."""
-    out: dict[str, Any] = {"id": wire["id"], "status": "ok", "value": None, "detail": ""}
+    # framework: the trainer whose defaults the estimate used (None: the spec's own, or today's default)
+    out: dict[str, Any] = {"id": wire["id"], "status": "ok", "value": None, "detail": "", "framework": None}
     try:
+        out["framework"] = with_framework(dict(wire["job"]), wire.get("framework"))[1]
         out["value"], out["detail"] = _estimate(wire)
         exact = re.match(r"largest fitting seq_len ([\d,]+)", out["detail"])
         if exact:  # the unrounded answer, for the report to show beside the multiple of 256
@@ -84,15 +89,47 @@ def _spec_error_text(exc: Exception) -> str:
 LENIENT = False
 
 
-def _known_keys(spec: dict[str, Any]) -> dict[str, Any]:
-    """The spec without top-level keys this gpuscout's job class for the kind does not know."""
+def _job_class(spec: dict[str, Any]) -> Any:
+    """This gpuscout's job class for the spec's kind (None: a kind it does not know)."""
     from gpuscout.workload import job as jobs
 
     classes = {"finetune": "FinetuneJob", "inference": "InferenceJob", "image": "ImageJob", "video": "VideoJob"}
-    cls = getattr(jobs, classes.get(str(spec.get("kind")), ""), None)
+    return getattr(jobs, classes.get(str(spec.get("kind")), ""), None)
+
+
+def _known_keys(spec: dict[str, Any]) -> dict[str, Any]:
+    """The spec without top-level keys this gpuscout's job class for the kind does not know."""
+    cls = _job_class(spec)
     if cls is None:
         return spec
     return {k: v for k, v in spec.items() if k in cls.model_fields}
+
+
+def _framework_known(framework: str) -> bool:
+    """Whether this gpuscout knows the trainer `framework` names ("<id>" or "<id>@<version>")."""
+    from gpuscout.errors import GpuscoutError
+
+    try:
+        from gpuscout.workload.frameworks import resolve
+    except ImportError:  # a `framework` field without the data file of frameworks: nothing to check it by
+        return False
+    try:
+        resolve(framework)
+    except GpuscoutError:
+        return False
+    return True
+
+
+def with_framework(spec: dict[str, Any], framework: str | None) -> tuple[dict[str, Any], str | None]:
+    """The spec with the point's `framework` as its job key, where this gpuscout's job class has a
+    `framework` field and knows the id; the spec's own `framework` always wins. Returns the spec and
+    the framework passed (None: not passed; a point's estimate is then today's default trainer's)."""
+    if not framework or "framework" in spec:
+        return spec, None
+    cls = _job_class(spec)
+    if cls is None or "framework" not in cls.model_fields or not _framework_known(framework):
+        return spec, None
+    return {**spec, "framework": framework}, framework
 
 
 def _setup(wire: dict[str, Any]) -> tuple[Any, Any, Any]:
@@ -104,6 +141,7 @@ def _setup(wire: dict[str, Any]) -> tuple[Any, Any, Any]:
     from gpuscout.workload.shape import ModelShape
 
     spec = _known_keys(dict(wire["job"])) if LENIENT else dict(wire["job"])
+    spec, _ = with_framework(spec, wire.get("framework"))
     try:
         job = parse_job(spec, origin=f"point {wire['id']}")
         if job.kind == "video":  # older trees have no video kind: parse_job has refused the point by now

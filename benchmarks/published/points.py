@@ -80,7 +80,8 @@ class Point:
     def to_wire(self) -> dict[str, Any]:
         """What the gpuscout side needs, as plain JSON (it may run in another interpreter)."""
         return {"id": self.id, "category": self.category, "gpu": self.gpu, "quantity": self.quantity,
-                "measured": self.measured, "conditions": self.conditions, "job": self.job}
+                "measured": self.measured, "conditions": self.conditions, "job": self.job,
+                "framework": self.extra.get("framework")}
 
 
 def quantity_unit(quantity: str) -> str:

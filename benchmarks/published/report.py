@@ -31,11 +31,16 @@ def error(estimate: float | None, measured: float) -> float | None:
     return None if estimate is None else estimate / measured - 1.0
 
 
-def unsafe(category: str, err: float) -> bool:
-    """The direction that costs the user: memory or KV estimated low, a longest sequence estimated high."""
+def unsafe(category: str, err: float, beyond: float = 0.0) -> bool:
+    """The direction that costs the user: memory or KV estimated low, a longest sequence estimated high;
+    `beyond` = by more than that fraction (0.05: the 'unsafe > 5%' share)."""
     if category in ("max_seq_len", "kv_capacity"):
-        return err > 0
-    return err < 0 and category != "speed"
+        return err > beyond
+    return err < -beyond and category != "speed"
+
+
+UNSAFE_BEYOND = 0.05  # the unsafe share counts points off on the unsafe side by more than this
+UNSAFE_TARGET = 0.10  # at most 1 in 10 memory points more than 5% under (sources used in no constant)
 
 
 @dataclass
@@ -83,7 +88,8 @@ class Stats:
     count: int
     median_abs: float | None
     worst: float | None  # signed error of largest magnitude (max_seq_len: the largest, i.e. most above)
-    unsafe_share: float | None
+    unsafe_share: float | None  # share on the unsafe side, by any amount
+    unsafe5_share: float | None = None  # share on the unsafe side by more than UNSAFE_BEYOND
 
 
 def stats(category: str, errors: Sequence[float]) -> Stats:
@@ -91,13 +97,43 @@ def stats(category: str, errors: Sequence[float]) -> Stats:
         return Stats(0, None, None, None)
     worst = max(errors) if category == "max_seq_len" else max(errors, key=abs)
     share = sum(unsafe(category, e) for e in errors) / len(errors)
-    return Stats(len(errors), statistics.median(abs(e) for e in errors), worst, share)
+    beyond = sum(unsafe(category, e, UNSAFE_BEYOND) for e in errors) / len(errors)
+    return Stats(len(errors), statistics.median(abs(e) for e in errors), worst, share,
+                 None if category == "speed" else beyond)
 
 
-def category_errors(rows: Sequence[Row], category: str, which: str = "after", held_out: bool = False) -> list[float]:
-    """Errors of the counted points of `category`; `held_out` leaves out the in-sample ones."""
+def memory_errors(rows: Sequence[Row], which: str = "after", sources: set[str] | None = None,
+                  exclude: bool = False) -> list[tuple[str, float]]:
+    """(category, error) of every counted memory point (a memory quantity, GiB / GB / MiB); with
+    `sources`, only the points of those sources (`exclude`: all but those)."""
+    from published.loso import source_key
+
+    found = []
+    for r in rows:
+        if not (r.counted and is_memory(r.point.quantity)):
+            continue
+        if sources is not None and (source_key(r.point.source) in sources) == exclude:
+            continue
+        e = r.err(which)
+        if e is not None:
+            found.append((r.point.category, e))
+    return found
+
+
+def unsafe5(pairs: Sequence[tuple[str, float]]) -> float | None:
+    """Share of (category, error) pairs on the unsafe side by more than UNSAFE_BEYOND."""
+    return sum(unsafe(c, e, UNSAFE_BEYOND) for c, e in pairs) / len(pairs) if pairs else None
+
+
+def category_errors(rows: Sequence[Row], category: str, which: str = "after", held_out: bool = False,
+                    sources: set[str] | None = None) -> list[float]:
+    """Errors of the counted points of `category`; `held_out` leaves out the in-sample ones; with
+    `sources`, only the points of those sources."""
+    from published.loso import source_key
+
     found = (r.err(which) for r in rows if r.point.category == category and r.counted
-             and not (held_out and r.in_sample))
+             and not (held_out and r.in_sample)
+             and (sources is None or source_key(r.point.source) in sources))
     return [e for e in found if e is not None]
 
 
@@ -165,7 +201,8 @@ def _estimated(row: Row) -> str:
 
 
 def summary_table(rows: Sequence[Row], baseline: bool, peers: Sequence[str], calibrated: bool) -> list[str]:
-    head = ["category", "points", "median \\|err\\|", "LOSO", "held out", "worst", "LOSO worst", "unsafe (LOSO)"]
+    head = ["category", "points", "median \\|err\\|", "LOSO", "held out", "worst", "LOSO worst", "unsafe (LOSO)",
+            "unsafe >5% (LOSO)"]
     if baseline:
         head[2:2] = ["before"]
     head += list(peers)
@@ -177,7 +214,8 @@ def summary_table(rows: Sequence[Row], baseline: bool, peers: Sequence[str], cal
         total = sum(1 for r in rows if r.point.category == category)
         held = f"{headline(category, out)} ({out.count})" if out.count else "–"
         cells = [category, f"{s.count}/{total}", pct(s.median_abs, False), headline(category, loso) if loso.count
-                 else "–", held, pct(s.worst), pct(loso.worst), pct(loso.unsafe_share, False)]
+                 else "–", held, pct(s.worst), pct(loso.worst), pct(loso.unsafe_share, False),
+                 pct(loso.unsafe5_share, False)]
         if baseline:
             cells[2:2] = [pct(stats(category, category_errors(rows, category, "before")).median_abs, False)]
         for peer in peers:
@@ -187,44 +225,90 @@ def summary_table(rows: Sequence[Row], baseline: bool, peers: Sequence[str], cal
         if category == "speed" and calibrated:
             found = [error(r.calibrated, r.point.measured) for r in rows if r.point.category == "speed" and r.counted]
             cal = stats("speed", [e for e in found if e is not None])
-            row = [CALIBRATED, str(cal.count), pct(cal.median_abs, False), "–", "–", pct(cal.worst), "–", "–"]
+            row = [CALIBRATED, str(cal.count), pct(cal.median_abs, False), "–", "–", pct(cal.worst), "–", "–", "–"]
             if baseline:
                 row[2:2] = ["–"]
             lines.append("| " + " | ".join(row + ["–"] * len(peers)) + " |")
+    lines.append(memory_row(rows, baseline, peers))
     return lines
+
+
+MEMORY_ROW = "all memory points"
+
+
+def memory_row(rows: Sequence[Row], baseline: bool, peers: Sequence[str]) -> str:
+    """The summary row over every counted memory point (GiB / GB / MiB quantities) of all categories."""
+    after, loso = memory_errors(rows), memory_errors(rows, "loso")
+    total = sum(1 for r in rows if is_memory(r.point.quantity))
+    every = stats("memory", [e for _, e in after])
+    left = stats("memory", [e for _, e in loso])
+    cells = [MEMORY_ROW, f"{every.count}/{total}", pct(every.median_abs, False),
+             pct(left.median_abs, False) if left.count else "–", "–", pct(every.worst), pct(left.worst),
+             pct(sum(unsafe(c, e) for c, e in loso) / len(loso) if loso else None, False), pct(unsafe5(loso), False)]
+    if baseline:
+        before = memory_errors(rows, "before")
+        cells[2:2] = [pct(stats("memory", [e for _, e in before]).median_abs, False)]
+    return "| " + " | ".join(cells + ["–"] * len(peers)) + " |"
 
 
 def loso_section(rows: Sequence[Row], result: Any) -> list[str]:
     """What was refitted without each source, what was not and why (published/loso.py)."""
-    from published import loso
+    from published.loso import GRID_SPAN, source_key
 
-    out = ["Each source's points are predicted with every constant it informed refitted on the other",
-           "sources' counted points (a source = one repository file or one issue/PR thread). Rule: the",
-           "grid value with the least sum of \\|estimate ÷ measured − 1\\| over the category's counted",
-           "points, constants of one category fitted together by coordinate descent. The committed",
-           "constants were set by hand from those runs, so the rule's fit on every source is shown too.", "",
-           "| constant | fitted on | committed | rule, all sources | rule, without … |", "|---|---|---|---|---|"]
-    for constant in loso.FITTED:
-        fits = result.fits.get(constant.category, {})
-        every = fits.get("")
-        without = [f"{key}: {constant.shown(fit[constant]) if fit else 'nothing left'}"
-                   for key, fit in fits.items() if key]
-        out.append(f"| `{constant.label}` | {constant.category} | {constant.shown(loso.committed()[constant])} | "
-                   f"{constant.shown(every[constant]) if every else '–'} | {'; '.join(without) or '–'} |")
+    out = ["Each source's points are predicted with every constant it set refitted on the other sources'",
+           "counted points (a source = one repository file or one issue/PR thread). The constants are",
+           "found from the data: each point's `informs` field names the gpuscout constants set from it.",
+           "A constant is fitted on the counted points whose estimate moves when it moves. Rule: the",
+           f"value on a grid of 0 … {GRID_SPAN:g} × the committed one with the least sum of",
+           "\\|estimate ÷ measured − 1\\|;",
+           "constants a point responds to together are fitted together by coordinate descent. The",
+           "committed constants were set by hand from those runs, so the rule's fit on every source",
+           "(each constant alone) is shown too.", "",
+           "| constant | set from | fitted on | committed | rule, all sources | rule, without … |",
+           "|---|---|---|---|---|---|"]
+    for constant in result.constants:
+        every = result.every.get(constant)
+        without = [f"{key}: {constant.shown(v) if v is not None else 'nothing left'}"
+                   for key, v in result.without.get(constant, {}).items()]
+        without += [f"{key.split(' | ')[0]} (jointly): {constant.shown(fit[constant])}"
+                    for key, fit in result.joint.items() if constant in fit]
+        n = result.fitted_on[constant]
+        out.append(f"| `{_escape(constant.ref)}` | {'; '.join(result.informed_by[constant])} | "
+                   f"{n} point{'' if n == 1 else 's'} | {constant.shown(result.committed[constant])} | "
+                   f"{constant.shown(every) if every is not None else '–'} | {_escape('; '.join(without)) or '–'} |")
+    if not result.constants:
+        out.append("| – | no point names a constant | – | – | – | – |")
+    if result.unresolved:
+        out += ["", "Named by `informs` but not refittable here (their sources' points get no LOSO figure):", ""]
+        out += [f"- `{_escape(ref)}` ({', '.join(result.unresolved_sources[ref])}): {_escape(why)}"
+                for ref, why in result.unresolved.items()]
+    if result.cited:
+        out += ["", "Sources that gpuscout's own code or data cites (a constant's source; margins.toml, derived from",
+                "every point, is not counted), so they are not in the \"sources used in no constant\" subset:", ""]
+        out += [f"- {key}: {', '.join(files)}" for key, files in sorted(result.cited.items())]
     out += ["", "Where LOSO equals in-sample, and why:", ""]
-    out += [f"- {category}: no gpuscout constant was fitted on these points, so leaving a source out changes "
-            "nothing (LOSO = in-sample)." for category in loso.NOT_FITTED]
+    for category in CATEGORIES:
+        counted = [r for r in rows if r.point.category == category and r.counted]
+        if counted and all(r.loso == r.after.get("value") for r in counted):
+            out.append(f"- {category}: no constant set from one of these points' sources acts on them, so leaving "
+                       "a source out changes nothing (LOSO = in-sample).")
     out.append("- training_peak, nvidia-smi points: the 10% allocator reserve (`overhead.ALLOCATOR_FRACTION`) "
                "comes from fms-acceleration PR #14, the same project as the fms points but not one of them; "
                "it is kept as a prior, not refitted.")
-    out += [f"- {category}: no LOSO figure: {why}." for category, why in loso.NO_LOSO.items()]
-    missing = sorted({r.point.id for r in rows if r.loso_note and r.counted})
-    if missing:
-        out.append(f"- no LOSO estimate ({len(missing)} points): nothing left to fit their constants on.")
+    missing: dict[str, list[str]] = {}
+    for r in rows:
+        if r.loso_note and r.counted:
+            missing.setdefault(r.loso_note, []).append(r.point.id)
+    for note, ids in missing.items():
+        sources = sorted({source_key(r.point.source) for r in rows if r.point.id in ids})
+        out.append(f"- no LOSO figure for {len(ids)} counted point(s) of {', '.join(sources)}: {_escape(note)}.")
+    used = result.used_sources()
+    free = sorted(k for k, n in result.sources.items() if k not in used and n)
+    out += ["", f"Sources used in no constant ({len(free)}, with counted points): " + (", ".join(free) or "none") + "."]
     return out
 
 
-def targets_table(rows: Sequence[Row]) -> list[str]:
+def targets_table(rows: Sequence[Row], result: Any = None) -> list[str]:
     lines = ["| category | target | gpuscout | verdict | LOSO | held out |", "|---|---|---|---|---|---|"]
     for category in CATEGORIES:
         s = stats(category, category_errors(rows, category))
@@ -239,6 +323,38 @@ def targets_table(rows: Sequence[Row]) -> list[str]:
     if cal.count:
         verdict = "met" if cal.median_abs is not None and cal.median_abs <= CALIBRATED_TARGET else "missed"
         lines.append(f"| {CALIBRATED} | median \\|err\\| ≤ 10% | {pct(cal.median_abs, False)} | {verdict} | – | – |")
+    loso5 = unsafe5(memory_errors(rows, "loso"))
+    verdict5 = "no data" if loso5 is None else "met" if loso5 <= UNSAFE_TARGET else "missed"
+    lines.append(f"| {MEMORY_ROW} | ≤ 1 in 10 more than 5% under | {pct(unsafe5(memory_errors(rows)), False)} | "
+                 f"– | {pct(loso5, False)}, {verdict5} | – |")
+    return lines
+
+
+UNUSED = "sources used in no constant"
+
+
+def unused_table(rows: Sequence[Row], result: Any) -> list[str]:
+    """The issue's targets, stated on the points whose sources no constant was set from (their in-sample
+    error is a leave-one-source-out error by construction)."""
+    used = result.used_sources()
+    free = {k for k in result.sources if k not in used}
+    lines = [f"| {UNUSED} | target | points | value | verdict |", "|---|---|---|---|---|"]
+
+    def verdict(value: float | None, limit: float) -> str:
+        return "no data" if value is None else "met" if value <= limit else "missed"
+
+    train = stats("training_peak", category_errors(rows, "training_peak", sources=free))
+    lines.append(f"| training_peak | median \\|err\\| ≤ 10% | {train.count} | {pct(train.median_abs, False)} | "
+                 f"{verdict(train.median_abs, 0.10)} |")
+    mem = memory_errors(rows, sources=free)
+    lines.append(f"| memory points, all categories | ≤ 1 in 10 more than 5% under | {len(mem)} | "
+                 f"{pct(unsafe5(mem), False)} | {verdict(unsafe5(mem), UNSAFE_TARGET)} |")
+    longest = stats("max_seq_len", category_errors(rows, "max_seq_len", sources=free))
+    lines.append(f"| max_seq_len | never > 10% above what trained | {longest.count} | {pct(longest.worst)} | "
+                 f"{verdict(longest.worst, 0.10)} |")
+    speed = stats("speed", category_errors(rows, "speed", sources=free))
+    lines.append(f"| speed | median \\|err\\| ≤ 20% | {speed.count} | {pct(speed.median_abs, False)} | "
+                 f"{verdict(speed.median_abs, 0.20)} |")
     return lines
 
 
@@ -332,10 +448,14 @@ def markdown(rows: Sequence[Row], header: dict[str, str], peers: Sequence[str], 
         out.append(f"- {peer}: {note}")
     out += ["", "LOSO: the same statistic with each source's points predicted by constants fitted without",
             "that source (leave one source out, section 2). \"unsafe (LOSO)\" is the share of those",
-            "predictions on the side that costs money (section 4).", ""]
+            "predictions on the side that costs money (section 4); \"unsafe >5% (LOSO)\" the share off on that",
+            f"side by more than 5%. \"{MEMORY_ROW}\": every counted GiB / GB / MiB point of every category.", ""]
     if loso_result is not None:
         out += ["## 2. Leave one source out", "", *loso_section(rows, loso_result), ""]
-    out += ["## 3. Targets", "", *targets_table(rows), ""]
+    out += ["## 3. Targets", "", *targets_table(rows, loso_result), ""]
+    if loso_result is not None:
+        out += [f"On the points of the {UNUSED} (section 2), where the in-sample error is already a",
+                "leave-one-source-out error:", "", *unused_table(rows, loso_result), ""]
     out += ["## 4. What each measurement is compared with", "", MAPPING]
     out += ["## 5. Points", "", "(?) marks an uncertain point (not in the medians); ≥OOM, a longest sequence at or",
             "past the first length the source saw run out of memory; † a peer that says the job does not fit",
