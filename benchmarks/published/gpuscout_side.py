@@ -30,8 +30,8 @@ What each measured quantity is compared with (also written into validation/publi
                        not passed and the job is estimated as written.
 * speed quantities     the matching metric of `estimate_speed`: step_s, tokens_per_s, samples_per_s
                        (fine-tune); ttft_s, tpot_s, output_tokens_per_s (serving; tokens_per_s means
-                       output tokens/s there); s_per_image (image); s_per_it is the training step or one
-                       denoiser step.
+                       output tokens/s there); s_per_image (image); s_per_clip (video); s_per_it is the
+                       training step or one denoiser step.
 """
 
 from __future__ import annotations
@@ -276,6 +276,7 @@ SPEED_METRICS = {
     "inference": {"ttft_s": "ttft_s", "tpot_s": "tpot_s", "output_tokens_per_s": "output_tokens_per_s",
                   "tokens_per_s": "output_tokens_per_s"},
     "image": {"s_per_image": "s_per_image"},
+    "video": {"s_per_clip": "s_per_clip"},
 }
 
 
@@ -286,7 +287,7 @@ def _speed(quantity: str, job: Any, model: Any, gpu: Any) -> tuple[float, str]:
         from gpuscout.estimator.speed import estimate_speed  # type: ignore[attr-defined,no-redef]
 
     estimate = estimate_speed(job, model, gpu)
-    if job.kind == "image" and quantity == "s_per_it":
+    if job.kind in ("image", "video") and quantity == "s_per_it":
         step = next(p for p in estimate.phases if "denoiser" in p.name)
         return step.seconds, f"one {step.name} ({step.bound}-bound)"
     metric = SPEED_METRICS[job.kind].get(quantity)
