@@ -24,13 +24,16 @@ Run: .venv/bin/python benchmarks/published_error.py [--out validation/published.
      max_seq_len_tokens   largest seq_len that fits the GPU, rounded down to a multiple of 256
      speed                estimate_speed's metric: step_s / tokens_per_s / samples_per_s
                           (fine-tune), ttft_s / tpot_s / output_tokens_per_s (serving),
-                          s_per_image (image); s_per_it = a training step or one denoiser step
+                          s_per_image (image), s_per_clip (video); s_per_it = a training step
+                          or one denoiser step
 
    A job the spec cannot express (it does not parse, or its notes say "inexpressible: ...") is
    listed with the reason and left out of the medians. Any failure is listed, and the run goes on.
-3. Error = estimate / measured − 1; per category: points, median |error|, worst error and the share
-   in the unsafe direction, over the points marked certain; each also leave-one-source-out
-   (published/loso.py: every constant a source informed refitted without it).
+3. Error = estimate / measured − 1; per category: points, median |error|, worst error, the share
+   in the unsafe direction and the share more than 5% on it, over the points marked certain; each
+   also leave-one-source-out (published/loso.py: every constant a source set, found from the points'
+   `informs` references, refitted without it), and over every memory point; the targets again on
+   the points of the sources used in no constant (neither named by `informs` nor cited by gpuscout).
 4. Runs the peers (accelerate, llm-analysis, hf-mem; published/peers.py) on the same points.
 5. With --baseline-src DIR, also runs gpuscout from DIR/src in a subprocess ("before" column).
 6. Writes the markdown atomically; --json writes every row; --write-margins writes the error bands
