@@ -108,7 +108,8 @@ class AttentionEfficiency(Frozen):
 def attention_efficiency(gpu: Gpu) -> AttentionEfficiency | None:
     """The fused attention kernel's fraction of peak on `gpu`'s architecture, or None where no source gives
     one (efficiency.toml, [[attention]])."""
-    return _table()["attention"].get(gpu.architecture)
+    rows: Mapping[str, AttentionEfficiency] = _table()["attention"]
+    return rows.get(gpu.architecture)
 
 
 @functools.cache
