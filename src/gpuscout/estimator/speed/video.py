@@ -28,7 +28,8 @@ chunk (Wan: every latent frame; CogVideoX: every 2). These transfers do not over
 accelerate's hooks, so they add, at accelerate's pageable copy rate
 (`roofline.OFFLOAD_HOOK_BYTES_PER_S`).
 
-Efficiency: the "video" row of efficiency.toml (the DiT factor measured on FLUX.1-dev).
+Efficiency: the "video" row of efficiency.toml (the DiT factor measured on FLUX.1-dev) for the linears,
+and the architecture's fused-attention rate (efficiency.toml, [[attention]]) for the attention FLOPs.
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ def estimate_video_speed(
     notes = (
         f"{passes} transformer pass(es) per step" + (f" (guidance: {_guidance_how(model)})" if passes == 2 else ""),
         "video DiT FLOPs are derived from the shape (speed/video.py); compute efficiency is the FLUX.1-dev "
-        "measurement (efficiency.toml, video row), no video-specific measurement",
+        "measurement (efficiency.toml, video row), with the attention share at the fused kernel's published "
+        "rate where the architecture has one ([[attention]]); no video-specific measurement",
     )
     return SpeedEstimate(
         job_kind="video", gpu_sku=gpu.sku, gpus=1, job_s=job_s, job_low_s=low, job_high_s=high,
