@@ -15,7 +15,7 @@ import math
 
 from gpuscout.errors import SpecError
 from gpuscout.estimator.activations import layer_activation_bytes_per_token
-from gpuscout.estimator.efficiency import Efficiency, calibrated, default_efficiency
+from gpuscout.estimator.efficiency import Efficiency, default_efficiency
 from gpuscout.estimator.params import quantized_linear_params
 from gpuscout.estimator.speed.roofline import (
     Bound,
@@ -76,10 +76,10 @@ def estimate_finetune_speed(
             "Choose a GPU count that is a multiple of tensor_parallel.",
         )
     tp, dp = job.tensor_parallel, n // job.tensor_parallel
-    eff = efficiency or compiled(job, matmul_scaled(gpu, job, default_efficiency(gpu, "training")))
+    eff = efficiency or compiled(job, default_efficiency(gpu, "training"))
     dtype = COMPUTE_DTYPE[job.precision]
-    rates = Rates(flops_per_s=peak_flops_per_s(gpu, dtype), memory_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
-                  link_bytes_per_s=link_bytes_per_s(gpu, n))
+    rates = Rates(flops_per_s=peak_flops_per_s(gpu, dtype) * matmul_ceiling_scale(gpu, dtype),
+                  memory_bytes_per_s=gpu.memory_bandwidth_bytes_per_s, link_bytes_per_s=link_bytes_per_s(gpu, n))
     flops = training_flops(job, shape)
     step = training_step_phase(job, shape, flops, tp, rates, eff)
     phases = [(step, 1.0)]
@@ -141,8 +141,10 @@ def _full_recompute(job: FinetuneJob) -> bool:
 # at 47.6% MFU). What a dense GEMM can reach of the datasheet peak differs by GPU: the best square bf16
 # matmul measured 0.86 of the peak on an A100 SXM, 0.80 on an H100 SXM and 1.01 on an RTX 4090 (the
 # `matmul_bf16` bands of hardware/expected_bands.toml: Bekman's MAMF table and torch-performance-test-data).
-# The default is rescaled by the GPU's measured fraction over the A100's, so it stays the same share of what
-# the GPU can reach; GPUs without a measurement keep the default.
+# The 16-bit peak a training step runs against is therefore the datasheet figure × (this GPU's measured
+# fraction / the A100's), so the efficiency stays a share of what the GPU can reach and a calibration, which
+# rescales the efficiency, is not disturbed. GPUs without a measurement, and fp32 (CUDA-core) math, keep the
+# datasheet figure; MFU stays against the datasheet peak.
 MATMUL_REFERENCE_SKU = "a100-sxm4-80gb"
 
 
@@ -154,21 +156,12 @@ def matmul_fraction(gpu: Gpu) -> float | None:
     return sum(band.measurements) / len(band.measurements) / gpu.bf16_flops_per_s
 
 
-def matmul_scaled(gpu: Gpu, job: FinetuneJob, eff: Efficiency) -> Efficiency:
-    """The uncalibrated default compute fraction × (this GPU's matmul fraction / the A100's), capped at 1;
-    a calibrated (measured) efficiency, an fp32 job, or a GPU without a measurement is left as it is."""
-    with calibrated(None):
-        uncalibrated = default_efficiency(gpu, "training")
+def matmul_ceiling_scale(gpu: Gpu, dtype: str) -> float:
+    """This GPU's measured 16-bit matmul fraction over the A100's (1 where either is unknown, or for fp32)."""
     fraction, reference = matmul_fraction(gpu), matmul_fraction(find_gpu(MATMUL_REFERENCE_SKU))
-    if eff != uncalibrated or job.precision == "fp32" or fraction is None or reference is None:
-        return eff
-    scale = fraction / reference
-    return eff.model_copy(update={
-        "compute": min(eff.compute * scale, 1.0),
-        "source": f"{eff.source} | compute × {scale:.3f}: best measured bf16 matmul is {fraction:.2f} of this "
-                  f"GPU's peak against {reference:.2f} on the A100 the default was observed on "
-                  "(hardware/expected_bands.toml, matmul_bf16)",
-    })
+    if dtype not in ("bf16", "fp16") or fraction is None or reference is None:
+        return 1.0
+    return fraction / reference
 
 
 def compiled(job: FinetuneJob, eff: Efficiency) -> Efficiency:
@@ -419,6 +412,7 @@ def _summarise(
     rates: Rates, bound: Bound,
 ) -> SpeedEstimate:
     step_s = sum(p.seconds for p in phases)
+    datasheet_peak = peak_flops_per_s(gpu, COMPUTE_DTYPE[job.precision])  # MFU's denominator, unscaled
     # Dataset tokens per step: padding is computed (row_tokens) but carries no data.
     tokens_per_step = job.micro_batch * data_tokens_per_row(job) * job.grad_accum * dp
     tokens = job.dataset_tokens * job.epochs
@@ -430,6 +424,10 @@ def _summarise(
         "achieved_tflops counts recompute too (hardware FLOPs per GPU).",
         f"link: {rates.link_bytes_per_s / 1e9:,.0f} GB/s catalog figure" if n > 1 else "single GPU: no communication",
     ]
+    scale = matmul_ceiling_scale(gpu, COMPUTE_DTYPE[job.precision])
+    if scale != 1.0:
+        notes.append(f"matmul ceiling: the 16-bit peak × {scale:.3f}, this GPU's best measured bf16 matmul against "
+                     "the A100's (hardware/expected_bands.toml, matmul_bf16; docs/estimator.md §3.4).")
     if job.compile:
         notes.append(f"torch.compile: the default compute efficiency × {COMPILE_COMPUTE_GAIN:.3f} (torchtitan; "
                      "docs/estimator.md §2.14); a measured efficiency replaces it.")
@@ -448,7 +446,7 @@ def _summarise(
             "step_s": step_s,
             "tokens_per_s": tokens_per_step / step_s,
             "samples_per_s": job.micro_batch * job.grad_accum * dp / step_s,
-            "mfu": flops.useful * job.grad_accum * dp / (step_s * rates.flops_per_s * n),
+            "mfu": flops.useful * job.grad_accum * dp / (step_s * datasheet_peak * n),
             "achieved_tflops": per_gpu_flops / step_s / 1e12,
         },
         units={"tokens": tokens, "epochs": job.epochs, "steps": float(steps)},
