@@ -85,7 +85,7 @@ def estimate_finetune_speed(
     phases = [(step, 1.0)]
     if job.method == "qlora":
         phases.append((dequant_phase(job, shape, tp, rates, eff), 1.0))
-    if job.method in ("lora", "qlora") and job.lora is not None:
+    if job.method in ("lora", "qlora"):
         phases.append((adapter_path_phase(job, shape, tp, rates, eff), 1.0))
     host = rates.model_copy(update={"link_bytes_per_s": gpu.pcie_bytes_per_s or rates.link_bytes_per_s})
     offloaded = job.optimizer_offload or job.offload_params
@@ -241,7 +241,9 @@ def dequant_phase(job: FinetuneJob, shape: ModelShape, tp: int, rates: Rates, ef
 #             its weight gradient (2·in); autograd adds that input gradient to the base layer's
 #             (reads 2, writes 1: 6·in)                                          = 10·in + 8·out
 # torch.compile fuses the scaling into the add (Inductor fuses pointwise chains, not into cuBLAS GEMMs):
-# the forward drops one read and one write of the output (8·out instead of 12·out).
+# the forward drops one read and one write of the output (8·out instead of 12·out). Dropout is taken as
+# off (peft's default lora_dropout = 0.0, where it is nn.Identity); the job spec does not carry it, and a
+# dropout would add a read, a write and a mask of x per adapted linear.
 ADAPTER_FWD_BYTES = (2, 12)  # (× in, × out) per token, eager
 ADAPTER_FWD_BYTES_COMPILED = (2, 8)
 ADAPTER_BWD_BYTES = (10, 8)
@@ -249,11 +251,11 @@ ADAPTER_BWD_BYTES = (10, 8)
 
 def adapter_path_phase(job: FinetuneJob, shape: ModelShape, tp: int, rates: Rates, eff: Efficiency) -> PhaseTime:
     """The LoRA adapters' memory-bound kernels of one optimizer step, serial with the GEMMs."""
-    assert job.lora is not None
+    lora = job.lora
     fwd_in, fwd_out = ADAPTER_FWD_BYTES_COMPILED if job.compile else ADAPTER_FWD_BYTES
     forwards = 2 if _full_recompute(job) else 1
     per_token = 0.0
-    for g in lora_targets(shape, job.lora):
+    for g in lora_targets(shape, lora):
         fwd = fwd_in * g.in_features + fwd_out * g.out_features
         bwd = ADAPTER_BWD_BYTES[0] * g.in_features + ADAPTER_BWD_BYTES[1] * g.out_features
         per_token += g.active_count * (forwards * fwd + bwd)
@@ -297,7 +299,7 @@ def communication_phases(
     compute: PhaseTime | None = None, flops: TrainFlops | None = None,
 ) -> list[PhaseTime]:
     """Collectives of one optimizer step. `compute` (the training step) and `flops` give the compute the
-    data-parallel collectives can hide behind (`exposed_share`); without them the default overlap applies."""
+    data-parallel collectives can hide behind (`_hidden`); without them the efficiency's fixed overlap applies."""
     out: list[PhaseTime] = []
     if tp > 1:
         out.append(_tensor_parallel_phase(job, shape, tp, rates, eff))
