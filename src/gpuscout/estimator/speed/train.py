@@ -240,24 +240,30 @@ def dequant_phase(job: FinetuneJob, shape: ModelShape, tp: int, rates: Rates, ef
 #             gradients read it twice (4·out); lora_A writes the input gradient (2·in) and reads x for
 #             its weight gradient (2·in); autograd adds that input gradient to the base layer's
 #             (reads 2, writes 1: 6·in)                                          = 10·in + 8·out
-# torch.compile fuses the scaling into the add (Inductor fuses pointwise chains, not into cuBLAS GEMMs):
-# the forward drops one read and one write of the output (8·out instead of 12·out). Dropout is taken as
+# torch.compile: Inductor fuses pointwise chains but not into the cuBLAS GEMMs, so a GEMM's inputs and
+# outputs stay in memory while the scaling, the add and the gradient accumulation fold into one epilogue
+# kernel with their neighbours: forward 2·in (lora_A reads x) + 2·out (lora_B writes) + 4·out (one fused
+# kernel reads it and the base result; its sum is the next op's input) = 2·in + 6·out; backward 4·out
+# (the scaled gradient, materialized as a GEMM input) + 4·out (lora_B's two GEMMs read it) + 2·in + 2·in
+# (lora_A's GEMMs) + 2·in (the accumulation, read once by a fused kernel) = 6·in + 8·out. Dropout is taken as
 # off (peft's default lora_dropout = 0.0, where it is nn.Identity); the job spec does not carry it, and a
 # dropout would add a read, a write and a mask of x per adapted linear.
 ADAPTER_FWD_BYTES = (2, 12)  # (× in, × out) per token, eager
-ADAPTER_FWD_BYTES_COMPILED = (2, 8)
 ADAPTER_BWD_BYTES = (10, 8)
+ADAPTER_FWD_BYTES_COMPILED = (2, 6)
+ADAPTER_BWD_BYTES_COMPILED = (6, 8)
 
 
 def adapter_path_phase(job: FinetuneJob, shape: ModelShape, tp: int, rates: Rates, eff: Efficiency) -> PhaseTime:
     """The LoRA adapters' memory-bound kernels of one optimizer step, serial with the GEMMs."""
     lora = job.lora
     fwd_in, fwd_out = ADAPTER_FWD_BYTES_COMPILED if job.compile else ADAPTER_FWD_BYTES
+    bwd_in, bwd_out = ADAPTER_BWD_BYTES_COMPILED if job.compile else ADAPTER_BWD_BYTES
     forwards = 2 if _full_recompute(job) else 1
     per_token = 0.0
     for g in lora_targets(shape, lora):
         fwd = fwd_in * g.in_features + fwd_out * g.out_features
-        bwd = ADAPTER_BWD_BYTES[0] * g.in_features + ADAPTER_BWD_BYTES[1] * g.out_features
+        bwd = bwd_in * g.in_features + bwd_out * g.out_features
         per_token += g.active_count * (forwards * fwd + bwd)
     act_scale = 2 if job.precision == "fp32" else 1  # 4 B activations in fp32 training
     tokens = job.micro_batch * row_tokens(job) * job.grad_accum
@@ -265,8 +271,9 @@ def adapter_path_phase(job: FinetuneJob, shape: ModelShape, tp: int, rates: Rate
     return phase(
         "LoRA adapter kernels", flops=0.0, bytes_moved=moved, rates=rates, efficiency=eff,
         formula=(f"{tokens:,} tokens × {per_token * act_scale / 2**20:,.1f} MiB per token: every adapted linear "
-                 f"in → out moves {forwards} × ({fwd_in}·in + {fwd_out}·out) + 10·in + 8·out B of activations "
-                 f"(peft's A, B, × scaling, + result, and their backward) / TP {tp}; memory-bound, "
+                 f"in → out moves {forwards} × ({fwd_in}·in + {fwd_out}·out) + {bwd_in}·in + {bwd_out}·out B of "
+                 f"activations (peft's A, B, × scaling, + result, and their backward"
+                 f"{'; compiled: fused' if job.compile else ''}) / TP {tp}; memory-bound, "
                  "serial with the GEMMs"),
     )
 
