@@ -96,6 +96,22 @@ def _matching_overrides(overrides: list[Mapping[str, Any]], gpu: Gpu, kind: str)
     return by_arch + by_sku
 
 
+class AttentionEfficiency(Frozen):
+    """Achieved fraction of the dense 16-bit peak of the fused attention kernel on one architecture."""
+
+    architecture: str
+    compute: float = Field(gt=0, le=1)
+    set_from: tuple[str, ...] = ()  # validation sources that set or checked the number
+    source: str
+
+
+def attention_efficiency(gpu: Gpu) -> AttentionEfficiency | None:
+    """The fused attention kernel's fraction of peak on `gpu`'s architecture, or None where no source gives
+    one (efficiency.toml, [[attention]])."""
+    rows: Mapping[str, AttentionEfficiency] = _table()["attention"]
+    return rows.get(gpu.architecture)
+
+
 @functools.cache
 def _table() -> Mapping[str, Any]:
     """efficiency.toml, parsed and checked once (a malformed bundled file is a bug: ValueError)."""
@@ -106,4 +122,5 @@ def _table() -> Mapping[str, Any]:
         raise ValueError(f"efficiency.toml needs one default row per kind {EFFICIENCY_KINDS}")
     for row in defaults.values():
         Efficiency(**{k: v for k, v in row.items() if k != "kind"})
-    return {"default": defaults, "override": list(document.get("override", []))}
+    attention = {row["architecture"]: AttentionEfficiency(**row) for row in document.get("attention", [])}
+    return {"default": defaults, "override": list(document.get("override", [])), "attention": attention}

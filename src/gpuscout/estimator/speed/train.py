@@ -41,9 +41,11 @@ from gpuscout.estimator.training import (
     trainable_param_bytes,
     trainable_params,
 )
-from gpuscout.hardware.catalog import Gpu, peak_flops_per_s
+from gpuscout.hardware.bands import band_for
+from gpuscout.hardware.catalog import Gpu, find_gpu, peak_flops_per_s
 from gpuscout.workload.flops import TrainFlops, data_tokens_per_row, micro_batches_per_rank, row_tokens, training_flops
 from gpuscout.workload.job import FinetuneJob
+from gpuscout.workload.lora import lora_targets
 from gpuscout.workload.shape import ModelShape
 
 # Dtype the matmuls run in. Plain fp32 uses the CUDA-core rate: PyTorch leaves TF32 matmuls off by
@@ -76,16 +78,19 @@ def estimate_finetune_speed(
     tp, dp = job.tensor_parallel, n // job.tensor_parallel
     eff = efficiency or compiled(job, default_efficiency(gpu, "training"))
     dtype = COMPUTE_DTYPE[job.precision]
-    rates = Rates(flops_per_s=peak_flops_per_s(gpu, dtype), memory_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
-                  link_bytes_per_s=link_bytes_per_s(gpu, n))
+    rates = Rates(flops_per_s=peak_flops_per_s(gpu, dtype) * matmul_ceiling_scale(gpu, dtype),
+                  memory_bytes_per_s=gpu.memory_bandwidth_bytes_per_s, link_bytes_per_s=link_bytes_per_s(gpu, n))
     flops = training_flops(job, shape)
-    phases = [(training_step_phase(job, shape, flops, tp, rates, eff), 1.0)]
+    step = training_step_phase(job, shape, flops, tp, rates, eff)
+    phases = [(step, 1.0)]
     if job.method == "qlora":
         phases.append((dequant_phase(job, shape, tp, rates, eff), 1.0))
+    if job.method in ("lora", "qlora"):
+        phases.append((adapter_path_phase(job, shape, tp, rates, eff), 1.0))
     host = rates.model_copy(update={"link_bytes_per_s": gpu.pcie_bytes_per_s or rates.link_bytes_per_s})
     offloaded = job.optimizer_offload or job.offload_params
     phases.append((optimizer_phase(job, shape, tp, dp, host if offloaded else rates, eff), 1.0))
-    phases += [(p, 1.0) for p in communication_phases(job, shape, tp, dp, rates, eff)]
+    phases += [(p, 1.0) for p in communication_phases(job, shape, tp, dp, rates, eff, step, flops)]
     phases += [(p, 1.0) for p in offload_phases(job, shape, gpu, n, host, eff)]
     return _summarise(job, gpu, n, dp, flops, [p for p, _ in phases], eff, rates, dominant(phases))
 
@@ -130,6 +135,33 @@ def _full_recompute(job: FinetuneJob) -> bool:
     """Full checkpointing re-runs each layer's forward; selective saves the matmuls and recomputes only
     pointwise ops (no FLOPs that count, and no second read of the weights)."""
     return job.gradient_checkpointing and job.checkpoint_policy == "full"
+
+
+# The default training compute fraction (0.5) was observed on A100s (efficiency.toml, training row: LLaMA-65B
+# at 47.6% MFU). What a dense GEMM can reach of the datasheet peak differs by GPU: the best square bf16
+# matmul measured 0.86 of the peak on an A100 SXM, 0.80 on an H100 SXM and 1.01 on an RTX 4090 (the
+# `matmul_bf16` bands of hardware/expected_bands.toml: Bekman's MAMF table and torch-performance-test-data).
+# The 16-bit peak a training step runs against is therefore the datasheet figure × (this GPU's measured
+# fraction / the A100's), so the efficiency stays a share of what the GPU can reach and a calibration, which
+# rescales the efficiency, is not disturbed. GPUs without a measurement, and fp32 (CUDA-core) math, keep the
+# datasheet figure; MFU stays against the datasheet peak.
+MATMUL_REFERENCE_SKU = "a100-sxm4-80gb"
+
+
+def matmul_fraction(gpu: Gpu) -> float | None:
+    """Mean measured best bf16 matmul over the datasheet bf16 peak, or None where none was published."""
+    band = band_for("matmul_bf16", gpu.sku)
+    if band is None or not gpu.bf16_flops_per_s:
+        return None
+    return sum(band.measurements) / len(band.measurements) / gpu.bf16_flops_per_s
+
+
+def matmul_ceiling_scale(gpu: Gpu, dtype: str) -> float:
+    """This GPU's measured 16-bit matmul fraction over the A100's (1 where either is unknown, or for fp32)."""
+    fraction, reference = matmul_fraction(gpu), matmul_fraction(find_gpu(MATMUL_REFERENCE_SKU))
+    if dtype not in ("bf16", "fp16") or fraction is None or reference is None:
+        return 1.0
+    return fraction / reference
 
 
 def compiled(job: FinetuneJob, eff: Efficiency) -> Efficiency:
@@ -198,6 +230,54 @@ def dequant_phase(job: FinetuneJob, shape: ModelShape, tp: int, rates: Rates, ef
     )
 
 
+# peft's LoRA Linear.forward runs `result + lora_B(lora_A(dropout(x))) * scaling` beside the frozen base
+# layer, each op its own kernel in eager PyTorch, one after another on the stream: memory-bound work that
+# adds to the GEMMs rather than hiding under them. Bytes per token of one adapted linear (in → out
+# features, 2 B activations), counted from those ops and their autograd backward:
+#   forward:  lora_A reads x (2·in); lora_B writes its output (2·out); `* scaling` reads and writes it
+#             (4·out); `result +` reads both and writes the sum (6·out)          = 2·in + 12·out
+#   backward: the scaling's backward reads and writes the gradient (4·out); lora_B's input and weight
+#             gradients read it twice (4·out); lora_A writes the input gradient (2·in) and reads x for
+#             its weight gradient (2·in); autograd adds that input gradient to the base layer's
+#             (reads 2, writes 1: 6·in)                                          = 10·in + 8·out
+# torch.compile: Inductor fuses pointwise chains but not into the cuBLAS GEMMs, so a GEMM's inputs and
+# outputs stay in memory while the scaling, the add and the gradient accumulation fold into one epilogue
+# kernel with their neighbours: forward 2·in (lora_A reads x) + 2·out (lora_B writes) + 4·out (one fused
+# kernel reads it and the base result; its sum is the next op's input) = 2·in + 6·out; backward 4·out
+# (the scaled gradient, materialized as a GEMM input) + 4·out (lora_B's two GEMMs read it) + 2·in + 2·in
+# (lora_A's GEMMs) + 2·in (the accumulation, read once by a fused kernel) = 6·in + 8·out. Dropout is taken as
+# off (peft's default lora_dropout = 0.0, where it is nn.Identity); the job spec does not carry it, and a
+# dropout would add a read, a write and a mask of x per adapted linear.
+ADAPTER_FWD_BYTES = (2, 12)  # (× in, × out) per token, eager
+ADAPTER_BWD_BYTES = (10, 8)
+ADAPTER_FWD_BYTES_COMPILED = (2, 6)
+ADAPTER_BWD_BYTES_COMPILED = (6, 8)
+
+
+def adapter_path_phase(job: FinetuneJob, shape: ModelShape, tp: int, rates: Rates, eff: Efficiency) -> PhaseTime:
+    """The LoRA adapters' memory-bound kernels of one optimizer step, serial with the GEMMs."""
+    lora = job.lora
+    fwd_in, fwd_out = ADAPTER_FWD_BYTES_COMPILED if job.compile else ADAPTER_FWD_BYTES
+    bwd_in, bwd_out = ADAPTER_BWD_BYTES_COMPILED if job.compile else ADAPTER_BWD_BYTES
+    forwards = 2 if _full_recompute(job) else 1
+    per_token = 0.0
+    for g in lora_targets(shape, lora):
+        fwd = fwd_in * g.in_features + fwd_out * g.out_features
+        bwd = bwd_in * g.in_features + bwd_out * g.out_features
+        per_token += g.active_count * (forwards * fwd + bwd)
+    act_scale = 2 if job.precision == "fp32" else 1  # 4 B activations in fp32 training
+    tokens = job.micro_batch * row_tokens(job) * job.grad_accum
+    moved = per_token * act_scale * tokens / tp
+    return phase(
+        "LoRA adapter kernels", flops=0.0, bytes_moved=moved, rates=rates, efficiency=eff,
+        formula=(f"{tokens:,} tokens × {per_token * act_scale / 2**20:,.1f} MiB per token: every adapted linear "
+                 f"in → out moves {forwards} × ({fwd_in}·in + {fwd_out}·out) + {bwd_in}·in + {bwd_out}·out B of "
+                 f"activations (peft's A, B, × scaling, + result, and their backward"
+                 f"{'; compiled: fused' if job.compile else ''}) / TP {tp}; memory-bound, "
+                 "serial with the GEMMs"),
+    )
+
+
 def optimizer_phase(
     job: FinetuneJob, shape: ModelShape, tp: int, dp: int, rates: Rates, eff: Efficiency
 ) -> PhaseTime:
@@ -222,8 +302,11 @@ def optimizer_phase(
 
 
 def communication_phases(
-    job: FinetuneJob, shape: ModelShape, tp: int, dp: int, rates: Rates, eff: Efficiency
+    job: FinetuneJob, shape: ModelShape, tp: int, dp: int, rates: Rates, eff: Efficiency,
+    compute: PhaseTime | None = None, flops: TrainFlops | None = None,
 ) -> list[PhaseTime]:
+    """Collectives of one optimizer step. `compute` (the training step) and `flops` give the compute the
+    data-parallel collectives can hide behind (`_hidden`); without them the efficiency's fixed overlap applies."""
     out: list[PhaseTime] = []
     if tp > 1:
         out.append(_tensor_parallel_phase(job, shape, tp, rates, eff))
@@ -233,23 +316,92 @@ def communication_phases(
     gb = PARAM_BYTES[job.precision] if job.method == "full" else (2 if job.precision == "bf16" else 4)
     grads = n * gb / tp
     if job.sharding in ("zero3", "fsdp"):
-        wb = 4 if job.precision == "fp32" else 2
-        params = shape.params_total * wb / tp
+        params, how = gathered_param_bytes(job, shape)
+        params /= tp
         volume = job.grad_accum * (2 * ring_gather_bytes(params, dp) + ring_gather_bytes(grads, dp))
+        window = compute.seconds if compute is not None else 0.0
+        hidden, overlap = _hidden(volume, rates, eff, window, shape.num_layers, compute is not None,
+                                  "FSDP prefetches the next unit's gather during this unit's compute")
         out.append(phase(
             "parameter all-gather + gradient reduce-scatter", flops=0.0, bytes_moved=0.0, comm_bytes=volume,
-            rates=rates, efficiency=eff, hidden=eff.overlap,
-            formula=(f"{job.grad_accum} micro-batch(es) × (2 × (n−1)/n × {gib(params)} params [forward + backward "
-                     f"gathers] + (n−1)/n × {gib(grads)} grads), n = {dp}; {eff.overlap:.0%} overlapped"),
+            rates=rates, efficiency=eff, hidden=hidden,
+            formula=(f"{job.grad_accum} micro-batch(es) × (2 × (n−1)/n × {gib(params)} params [{how}; forward + "
+                     f"backward gathers] + (n−1)/n × {gib(grads)} {_grads_what(job)}), n = {dp}; {overlap}"),
         ))
         return out
+    volume = ring_all_reduce_bytes(grads, dp)
+    # The all-reduce runs once per optimizer step (no_sync during accumulation), in the last micro-batch's backward.
+    window = (compute.seconds / job.grad_accum * backward_share(flops)
+              if compute is not None and flops is not None else 0.0)
+    hidden, overlap = _hidden(volume, rates, eff, window, max(math.ceil(grads / DDP_BUCKET_BYTES), 1),
+                              compute is not None and flops is not None,
+                              "DDP reduces each 25 MiB gradient bucket as the backward fills it")
     out.append(phase(
-        "gradient all-reduce", flops=0.0, bytes_moved=0.0, comm_bytes=ring_all_reduce_bytes(grads, dp), rates=rates,
-        efficiency=eff, hidden=eff.overlap,
-        formula=(f"2(n−1)/n × {n:,} trainable × {gb} B / TP {tp} = {gib(ring_all_reduce_bytes(grads, dp))}, "
-                 f"n = {dp} ranks, {eff.overlap:.0%} hidden behind the backward; once per optimizer step"),
+        "gradient all-reduce", flops=0.0, bytes_moved=0.0, comm_bytes=volume, rates=rates,
+        efficiency=eff, hidden=hidden,
+        formula=(f"2(n−1)/n × {n:,} trainable × {gb} B / TP {tp} = {gib(volume)}, "
+                 f"n = {dp} ranks; {overlap}; once per optimizer step"),
     ))
     return out
+
+
+# DDP's default gradient bucket: bucket_cap_mb = 25 (torch.nn.parallel.DistributedDataParallel docs).
+DDP_BUCKET_BYTES = 25 * 2**20
+
+
+def gathered_param_bytes(job: FinetuneJob, shape: ModelShape) -> tuple[float, str]:
+    """Bytes of the whole model one FSDP/ZeRO-3 all-gather moves, and how they were counted.
+
+    QLoRA under FSDP keeps each quantized linear's packed 4-bit data in a float storage dtype
+    (bnb_4bit_quant_storage) precisely so that FSDP can shard and gather it (bitsandbytes docs,
+    "FSDP-QLoRA"): the gather moves 0.5 B per quantized parameter, not a 16-bit copy. The blockwise
+    absmax scales stay on every rank as module attributes (QuantState, bitsandbytes PR #970), so they
+    do not travel. Everything else (embeddings, norms, unquantized linears) travels in the 16-bit
+    parameter dtype of FSDP's MixedPrecision (4 B in fp32 training).
+    """
+    wb = 4 if job.precision == "fp32" else 2
+    if job.method != "qlora":
+        return shape.params_total * wb, f"{wb} B each"
+    packed = quantized_linear_params(shape, job.unquantized_modules)
+    rest = shape.params_total - packed
+    return packed * NF4_PACKED_BYTES + rest * wb, f"{NF4_PACKED_BYTES} B per packed 4-bit param, {wb} B the rest"
+
+
+# NF4 storage: two 4-bit codes per byte (bitsandbytes quantize_4bit packs (n + 1) // 2 bytes).
+NF4_PACKED_BYTES = 0.5
+
+
+def backward_share(flops: TrainFlops) -> float:
+    """Share of the step's FLOPs after the forward: the backward (and its recompute), which the gradient
+    all-reduce can overlap. The forward is every *_fwd term once."""
+    forward = flops.linear_fwd + flops.attention_fwd + flops.head_fwd + flops.adapter_fwd
+    return max(flops.total - forward, 0.0) / flops.total if flops.total else 0.0
+
+
+def _grads_what(job: FinetuneJob) -> str:
+    if job.method == "full":
+        return "grads"
+    # PEFT's fsdp_auto_wrap_policy puts each trainable LoRA module in its own FSDP unit, so the units of
+    # frozen weights hold no gradient and reduce nothing (the PyTorch FSDP docs warn that mixing frozen
+    # and trainable parameters in one unit costs gradient memory as if none were frozen).
+    return "adapter grads only (PEFT wraps LoRA modules in their own units)"
+
+
+def _hidden(volume: float, rates: Rates, eff: Efficiency, window_s: float, chunks: int, structural: bool,
+            why: str) -> tuple[float, str]:
+    """Fraction of a collective hidden behind compute, and the words that say how.
+
+    The collective is cut into `chunks` (FSDP units, DDP buckets) issued on their own stream while
+    compute runs: everything but one chunk can hide, and only as much as the compute window lasts, so
+    exposed = max(comm − window, 0) + comm / chunks (the first gather, or the last bucket, waits).
+    Without a window (a caller that has none) the efficiency's fixed overlap applies."""
+    comm_s = volume / (rates.link_bytes_per_s * eff.link) if volume else 0.0
+    if not structural or comm_s <= 0:
+        return eff.overlap, f"{eff.overlap:.0%} overlapped"
+    exposed = min(max(comm_s - window_s, 0.0) + comm_s / chunks, comm_s)
+    hidden = 1.0 - exposed / comm_s
+    return hidden, (f"{hidden:.0%} hidden: {why}; exposed = max(comm − {window_s:.3g} s of compute, 0) "
+                    f"+ comm / {chunks}")
 
 
 def _tensor_parallel_phase(job: FinetuneJob, shape: ModelShape, tp: int, rates: Rates, eff: Efficiency) -> PhaseTime:
@@ -269,6 +421,7 @@ def _summarise(
     rates: Rates, bound: Bound,
 ) -> SpeedEstimate:
     step_s = sum(p.seconds for p in phases)
+    datasheet_peak = peak_flops_per_s(gpu, COMPUTE_DTYPE[job.precision])  # MFU's denominator, unscaled
     # Dataset tokens per step: padding is computed (row_tokens) but carries no data.
     tokens_per_step = job.micro_batch * data_tokens_per_row(job) * job.grad_accum * dp
     tokens = job.dataset_tokens * job.epochs
@@ -280,6 +433,10 @@ def _summarise(
         "achieved_tflops counts recompute too (hardware FLOPs per GPU).",
         f"link: {rates.link_bytes_per_s / 1e9:,.0f} GB/s catalog figure" if n > 1 else "single GPU: no communication",
     ]
+    scale = matmul_ceiling_scale(gpu, COMPUTE_DTYPE[job.precision])
+    if scale != 1.0:
+        notes.append(f"matmul ceiling: the 16-bit peak × {scale:.3f}, this GPU's best measured bf16 matmul against "
+                     "the A100's (hardware/expected_bands.toml, matmul_bf16; docs/estimator.md §3.4).")
     if job.compile:
         notes.append(f"torch.compile: the default compute efficiency × {COMPILE_COMPUTE_GAIN:.3f} (torchtitan; "
                      "docs/estimator.md §2.14); a measured efficiency replaces it.")
@@ -298,7 +455,7 @@ def _summarise(
             "step_s": step_s,
             "tokens_per_s": tokens_per_step / step_s,
             "samples_per_s": job.micro_batch * job.grad_accum * dp / step_s,
-            "mfu": flops.useful * job.grad_accum * dp / (step_s * rates.flops_per_s * n),
+            "mfu": flops.useful * job.grad_accum * dp / (step_s * datasheet_peak * n),
             "achieved_tflops": per_gpu_flops / step_s / 1e12,
         },
         units={"tokens": tokens, "epochs": job.epochs, "steps": float(steps)},

@@ -28,14 +28,15 @@ chunk (Wan: every latent frame; CogVideoX: every 2). These transfers do not over
 accelerate's hooks, so they add, at accelerate's pageable copy rate
 (`roofline.OFFLOAD_HOOK_BYTES_PER_S`).
 
-Efficiency: the "video" row of efficiency.toml (the DiT factor measured on FLUX.1-dev).
+Efficiency: the "video" row of efficiency.toml (the DiT factor measured on FLUX.1-dev) for the linears,
+and the architecture's fused-attention rate (efficiency.toml, [[attention]]) for the attention FLOPs.
 """
 
 from __future__ import annotations
 
 import math
 
-from gpuscout.estimator.efficiency import Efficiency, default_efficiency
+from gpuscout.estimator.efficiency import Efficiency, attention_efficiency, calibrated, default_efficiency
 from gpuscout.estimator.speed.image import EAGER_SCORE_PASSES
 from gpuscout.estimator.speed.roofline import (
     PhaseTime,
@@ -84,6 +85,36 @@ def dit_forward_flops(model: VideoModelShape, tokens: int, eager: bool = False) 
     return model.num_layers * per_block + embed + patch
 
 
+def dit_attention_flops(model: VideoModelShape, tokens: int) -> float:
+    """The part of `dit_forward_flops` inside the attention kernels (scores and values): self-attention over
+    the joint text + video sequence, or over the video tokens plus cross-attention to the text."""
+    d, text = float(model.hidden_size), float(model.text_tokens)
+    if model.text_in_sequence:
+        seq = tokens + text
+        return model.num_layers * 4 * seq * seq * d
+    return model.num_layers * (4 * tokens * tokens * d + 4 * tokens * text * d)
+
+
+def split_attention(job: VideoJob, model: VideoModelShape, gpu: Gpu, eff: Efficiency) -> tuple[Efficiency, str]:
+    """The denoiser's efficiency with its attention FLOPs at the fused kernel's measured rate on this
+    architecture (efficiency.toml, [[attention]]) and its linears at the row's `compute`: one compute
+    fraction, the FLOP-weighted harmonic mean. Left as it is for eager attention (the math backend's
+    matmuls are plain GEMMs), a calibrated or caller-given efficiency (measured on the whole step), and an
+    architecture without a source."""
+    kernel = attention_efficiency(gpu)
+    with calibrated(None):
+        uncalibrated = default_efficiency(gpu, "video")
+    if kernel is None or job.attention == "eager" or eff != uncalibrated:
+        return eff, ""
+    tokens = model.tokens(job.width, job.height, job.frames)
+    total, attn = dit_forward_flops(model, tokens), dit_attention_flops(model, tokens)
+    share = attn / total
+    compute = 1.0 / (share / kernel.compute + (1.0 - share) / eff.compute)
+    how = (f"; attention {share:.0%} of the FLOPs at {kernel.compute:.2f} of peak ({gpu.architecture} "
+           f"FlashAttention-2), linears at {eff.compute:.2f}: {compute:.2f} overall")
+    return eff.model_copy(update={"compute": compute, "source": f"{eff.source} | {kernel.source}"}), how
+
+
 def vae_decode_chunks(model: VideoModelShape, frames: int) -> int:
     """Decoder calls per clip: latent frames / latent frames per chunk (at least one; one for a whole-clip VAE)."""
     if model.vae_decode_whole_clip:
@@ -119,7 +150,8 @@ def estimate_video_speed(
     notes = (
         f"{passes} transformer pass(es) per step" + (f" (guidance: {_guidance_how(model)})" if passes == 2 else ""),
         "video DiT FLOPs are derived from the shape (speed/video.py); compute efficiency is the FLUX.1-dev "
-        "measurement (efficiency.toml, video row), no video-specific measurement",
+        "measurement (efficiency.toml, video row), with the attention share at the fused kernel's published "
+        "rate where the architecture has one ([[attention]]); no video-specific measurement",
     )
     return SpeedEstimate(
         job_kind="video", gpu_sku=gpu.sku, gpus=1, job_s=job_s, job_low_s=low, job_high_s=high,
@@ -150,6 +182,7 @@ def _text_phase(job: VideoJob, model: VideoModelShape, gpu: Gpu, eff: Efficiency
 
 
 def _denoiser_phase(job: VideoJob, model: VideoModelShape, gpu: Gpu, eff: Efficiency) -> PhaseTime:
+    eff, how = split_attention(job, model, gpu, eff)
     tokens = model.tokens(job.width, job.height, job.frames)
     seq = model.sequence(job.width, job.height, job.frames)
     forward = dit_forward_flops(model, tokens)
@@ -163,7 +196,7 @@ def _denoiser_phase(job: VideoJob, model: VideoModelShape, gpu: Gpu, eff: Effici
                  rates=_rates(gpu, job.dtype), efficiency=eff,
                  formula=(f"DiT forward over {tokens:,} tokens ({model.latent_frames(job.frames)} latent frames) = "
                           f"{tflop(forward)} × {passes} pass(es) × batch {job.batch} in {calls} call(s); "
-                          f"× {job.steps} steps"))
+                          f"× {job.steps} steps{how}"))
 
 
 def _scores_phase(job: VideoJob, model: VideoModelShape, gpu: Gpu, eff: Efficiency) -> PhaseTime:
