@@ -151,6 +151,10 @@ def enable_checkpointing(model: Any, policy: str = "full") -> None:
     kwargs: dict[str, Any] = {"use_reentrant": False}
     if policy == "selective":
         kwargs["context_fn"] = selective_checkpoint_context
+    elif policy == "selective_op":
+        kwargs["context_fn"] = op_level_checkpoint_context
+    elif policy != "full":
+        raise ValueError(f"checkpoint policy {policy!r} is not run by HF per-layer checkpointing")
     if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5.x
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
@@ -177,6 +181,27 @@ def selective_checkpoint_context() -> Any:
 
     def policy(_ctx: Any, op: Any, *_args: Any, **_kwargs: Any) -> Any:
         return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)  # type: ignore[no-untyped-call]
+
+
+def op_level_checkpoint_context() -> Any:
+    """torchtitan's op-level selective checkpointing (models/llama3/infra/parallelize.py, selective_ac_option
+    "op"): save the outputs of mm and the SDPA kernels, except every second mm, counted afresh for every
+    checkpointed call of a layer (its `meta = defaultdict(int)` is built inside the context function)."""
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    saved = _sac_saved_ops()
+    mm = torch.ops.aten.mm.default
+    counts = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: Any, op: Any, *_args: Any, **_kwargs: Any) -> Any:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if op == mm:
+            counts[mode] += 1
+        keep = op in saved and not (op == mm and counts[mode] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
 
     return create_selective_checkpoint_contexts(policy)  # type: ignore[no-untyped-call]
 

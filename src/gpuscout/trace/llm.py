@@ -49,7 +49,7 @@ from gpuscout.workload.hf_config import config_with_depth
 
 Precision = Literal["fp32", "bf16_mixed", "bf16", "fp16_mixed"]
 OptimizerName = Literal["adamw", "adamw_8bit", "sgd", "adafactor", "paged_adamw_8bit", "paged_adamw_32bit"]
-CheckpointPolicy = Literal["full", "selective"]
+CheckpointPolicy = Literal["full", "selective", "selective_op", "selective_layers"]
 Method = Literal["full", "lora", "qlora"]
 Attention = Literal["sdpa", "eager"]
 WeightDtype = Literal["fp32", "bf16", "fp16"]

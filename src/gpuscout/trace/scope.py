@@ -48,6 +48,9 @@ def trace_scoped(job: Job, model: Model, base_dir: Path | None,
 
     if isinstance(job, ImageJob | VideoJob) or not isinstance(model, ModelShape):
         return TraceSkipped("trace mode covers language models only; image and video estimates are analytic")
+    if isinstance(job, FinetuneJob) and job.gradient_checkpointing and job.checkpoint_policy == "selective_layers":
+        return TraceSkipped("every k-th layer checkpointing (selective_layers) is not traced: the trace checkpoints "
+                            "through transformers, which wraps every decoder layer; the estimate is analytic")
     config = llm_config(job.model, base_dir=base_dir)
     if layers is not None:
         config = config_with_depth(config, layers)
@@ -69,7 +72,7 @@ def as_traced(job: FinetuneJob | InferenceJob) -> FinetuneJob | InferenceJob:
     if isinstance(job, FinetuneJob):
         # One process on one device, in eager mode: no sharding or parameter offload, no compile.
         return job.model_copy(update={"gpus": 1, "sharding": "none", "tensor_parallel": 1, "grad_accum": 1,
-                                      "chunked_cross_entropy": False, "optimizer_offload": False,
+                                      "chunked_cross_entropy": False, "loss": None, "optimizer_offload": False,
                                       "offload_params": False, "compile": False})
     # HF generate: prefill the prompt, then one decode step; of the main model alone when co-served.
     return job.model_copy(update={"tensor_parallel": 1, "engine": "hf", "output_tokens": 1, "co_served": ()})
