@@ -1,6 +1,6 @@
 """The trainer a fine-tune runs under, and the defaults it brings (frameworks.toml).
 
-A job may name its trainer: `framework = "torchtune"` or `"torchtune@0.6"`. Each framework version lists
+A job may name its trainer: `framework = "torchtune"` or `"torchtune@0.6"` (docs/estimator.md §2.16). Each version lists
 the settings where that trainer's defaults differ in memory (fp32 upcast of unquantized modules under
 QLoRA, where LoRA goes, checkpointing policy, loss implementation), each with its public source.
 

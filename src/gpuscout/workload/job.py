@@ -25,14 +25,14 @@ from gpuscout.workload.frameworks import apply_defaults
 
 Precision = Literal["fp32", "bf16_mixed", "bf16", "fp16_mixed"]
 Optimizer = Literal["adamw", "adamw_8bit", "sgd", "adafactor", "paged_adamw_8bit", "paged_adamw_32bit"]
-# What a checkpointed decoder layer keeps (docs/estimator.md §2.14, Frameworks):
+# What a checkpointed decoder layer keeps (docs/estimator.md §2.14, §2.16):
 #   "full"             each layer checkpointed whole: only its input is saved (HF, torchtune, litgpt).
 #   "selective"        every layer; PyTorch SAC saving every matmul and attention output (gpuscout's trace).
 #   "selective_op"     every layer; torchtitan's op-level SAC: attention outputs and every other matmul.
 #   "selective_layers" every k-th layer checkpointed whole, the others keep everything (torchtitan /
 #                      torchtune ac_mode "selective" with an integer ac_option = checkpoint_layer_interval).
 CheckpointPolicy = Literal["full", "selective", "selective_op", "selective_layers"]
-# How the loss turns hidden states into a loss (docs/estimator.md, Frameworks):
+# How the loss turns hidden states into a loss (docs/estimator.md §2.16):
 #   "full"           fp32 logits of every token at once (transformers ForCausalLMLoss, torchtitan).
 #   "chunked_output" the output in chunks, each upcast and cross-entropied alone (torchtune
 #                    CEWithChunkedOutputLoss, litgpt chunked_cross_entropy): fp32 log-softmax kept for all.
