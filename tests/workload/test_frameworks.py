@@ -112,8 +112,12 @@ def test_a_spec_without_framework_estimates_as_before_on_every_finetune_example(
         gpus = [find_gpu("h100"), find_gpu("rtx4090")]
         old = estimate_payload(before, screen(before, model, gpus))["screening"]
         new = estimate_payload(named, screen(named, model, gpus))["screening"]
-        assert new.pop("framework").startswith("transformers@") and old.pop("framework") is None
+        assert new.pop("framework").startswith("transformers@") and "framework" not in old
         assert new == old, path.name
+        # The keys frameworks added stay out of the dump at their unused values: the JSON is as before.
+        dumped = before.model_dump()
+        assert not {"framework", "loss", "checkpoint_layer_interval"} & set(dumped), path.name
+        assert "output_head" not in dumped["lora"] and parse_job(dumped) == before
 
 
 def test_checkpointing_policies_order_the_memory_as_they_save() -> None:

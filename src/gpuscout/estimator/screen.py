@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from gpuscout.errors import GpuscoutError
 from gpuscout.estimator.breakdown import MemoryBreakdown
@@ -57,6 +58,7 @@ class Screening(Frozen):
     host: HostNeeds | None = None  # host RAM and disk of the job as written (docs/estimator.md §2.13)
     # The trainer whose defaults the job resolved, "<id>@<version>" (workload/frameworks.toml); None: none named.
     framework: str | None = None
+    quiet_defaults: ClassVar[dict[str, Any]] = {"framework": None}
 
 
 def screen(job: Job, model: Model, gpus: Sequence[Gpu], margin_pct: float | None = None) -> Screening:

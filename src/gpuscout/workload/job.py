@@ -14,7 +14,7 @@ beyond its maximum, LoRA rank above the hidden size) live in `estimate.validate`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -82,6 +82,7 @@ class Lora(Spec):
     # LoRA on the output head (lm_head) too: peft target_modules with "lm_head", torchtune
     # apply_lora_to_output, litgpt lora_head. Off in every framework's defaults.
     output_head: bool = False
+    quiet_defaults: ClassVar[dict[str, Any]] = {"output_head": False}
 
 
 class Slo(Spec):
@@ -98,6 +99,7 @@ class FinetuneJob(Spec):
     # the fields this spec leaves out. Rewritten to the resolved "<id>@<version>". None: gpuscout's own
     # defaults (transformers + peft), exactly as before frameworks were part of the job.
     framework: Name | None = None
+    quiet_defaults: ClassVar[dict[str, Any]] = {"framework": None, "checkpoint_layer_interval": 1, "loss": None}
     method: Method = "lora"
     lora: Lora = Lora()
     precision: Precision = "bf16_mixed"
