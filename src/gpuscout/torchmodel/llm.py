@@ -188,12 +188,17 @@ def selective_checkpoint_context() -> Any:
 def op_level_checkpoint_context() -> Any:
     """torchtitan's op-level selective checkpointing (models/llama3/infra/parallelize.py, selective_ac_option
     "op"): save the outputs of mm and the SDPA kernels, except every second mm, counted afresh for every
-    checkpointed call of a layer (its `meta = defaultdict(int)` is built inside the context function)."""
+    checkpointed call of a layer (its `meta = defaultdict(int)` is built inside the context function).
+    Its `_save_list` holds `aten.mm` only: `addmm` (a linear with a bias) is neither saved nor counted.
+    The CPU flash kernel stands in for the CUDA ones when the trace runs on the CPU device."""
     import torch
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
-    saved = _sac_saved_ops()
-    mm = torch.ops.aten.mm.default
+    aten = torch.ops.aten
+    mm = aten.mm.default
+    names = ("_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_flash_attention_for_cpu", "max")
+    saved = frozenset({mm} | {getattr(aten, n).default for n in names if hasattr(aten, n)})
     counts = {"forward": 0, "recompute": 0}
 
     def policy(ctx: Any, op: Any, *_args: Any, **_kwargs: Any) -> Any:
