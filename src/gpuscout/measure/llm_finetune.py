@@ -164,7 +164,7 @@ def _training_model(spec: LlmCaseSpec, job: FinetuneJob, config: dict[str, Any],
     if job.method != "full":
         model.requires_grad_(False)
     if job.gradient_checkpointing:
-        enable_checkpointing(model, job.checkpoint_policy)
+        enable_checkpointing(model, job.checkpoint_policy, job.checkpoint_layer_interval)
         notes.append(f"activation checkpointing: {job.checkpoint_policy}"
                      + (" (SAC: matmul and attention outputs saved)" if job.checkpoint_policy == "selective" else ""))
     if job.method != "full":

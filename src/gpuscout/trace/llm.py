@@ -109,6 +109,7 @@ def trace_finetune_step(
     checkpoint_policy: CheckpointPolicy = "full",
     activation_offload: bool = False,
     optimizer_in_bwd: bool = False,
+    checkpoint_layer_interval: int = 1,
 ) -> TraceResult:
     """Trace one steady-state training step (optimizer states already exist) and report its peaks.
 
@@ -125,7 +126,7 @@ def trace_finetune_step(
     start_s = time.perf_counter()
     model = _build_model(hf_config, attention, num_layers, param_dtype(torch, precision, method))
     if gradient_checkpointing:
-        enable_checkpointing(model, checkpoint_policy)
+        enable_checkpointing(model, checkpoint_policy, checkpoint_layer_interval)
     if method == "lora":
         model = apply_lora(model, lora_rank, lora_alpha, lora_target_modules)
     model.train()

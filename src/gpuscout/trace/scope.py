@@ -48,9 +48,6 @@ def trace_scoped(job: Job, model: Model, base_dir: Path | None,
 
     if isinstance(job, ImageJob | VideoJob) or not isinstance(model, ModelShape):
         return TraceSkipped("trace mode covers language models only; image and video estimates are analytic")
-    if isinstance(job, FinetuneJob) and job.gradient_checkpointing and job.checkpoint_policy == "selective_layers":
-        return TraceSkipped("every k-th layer checkpointing (selective_layers) is not traced: the trace checkpoints "
-                            "through transformers, which wraps every decoder layer; the estimate is analytic")
     config = llm_config(job.model, base_dir=base_dir)
     if layers is not None:
         config = config_with_depth(config, layers)
@@ -90,6 +87,7 @@ def run_trace(job: FinetuneJob | InferenceJob, model: ModelShape, config: dict[s
             lora_target_modules=lora_target_names(model, job.lora) if job.method != "full" else (),
             gradient_checkpointing=job.gradient_checkpointing,
             attention="eager" if job.attention == "eager" else "sdpa", checkpoint_policy=job.checkpoint_policy,
-            activation_offload=job.activation_offload, optimizer_in_bwd=job.optimizer_in_backward)
+            activation_offload=job.activation_offload, optimizer_in_bwd=job.optimizer_in_backward,
+            checkpoint_layer_interval=job.checkpoint_layer_interval)
     weight = job.weights if job.weights in ("fp32", "bf16", "fp16") else "bf16"
     return trace_inference_step(config, batch=job.concurrency, prompt_tokens=job.prompt_tokens, weight_dtype=weight)
