@@ -180,3 +180,23 @@ def test_a_bad_framework_errors_cleanly_through_the_cli(tmp_path: Path) -> None:
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert "Unknown framework 'unslot'" in done.stderr and "'unsloth'" in done.stderr
+
+
+def test_each_policy_recomputes_what_it_did_not_save() -> None:
+    """Full checkpointing runs the layers' forward again, every-k-th-layer ⌊L/k⌋ of L of it, op-level
+    the unsaved matmuls (k, o, up of a Llama layer), the every-matmul policy nothing that counts."""
+    from gpuscout.workload.flops import training_flops
+
+    s = LLAMA
+    none = training_flops(job(), s)
+    extra = {name: training_flops(job(gradient_checkpointing=True, **kw), s).total - none.total for name, kw in {
+        "full": {}, "every_mm": {"checkpoint_policy": "selective"},
+        "k2": {"checkpoint_policy": "selective_layers", "checkpoint_layer_interval": 2},
+        "op": {"checkpoint_policy": "selective_op"}}.items()}
+    assert extra["every_mm"] == 0
+    assert extra["k2"] == pytest.approx(extra["full"] * (s.num_layers // 2) / s.num_layers)
+    q, kv = s.num_attention_heads * s.head_dim, s.num_kv_heads * s.head_dim
+    h, f = s.hidden_size, s.intermediate_size
+    share = (h * kv + q * h + h * f) / (h * q + 2 * h * kv + q * h + 3 * h * f)
+    assert extra["op"] == pytest.approx(share * none.linear_fwd)
+    assert 0 < extra["op"] < extra["k2"] < extra["full"]
