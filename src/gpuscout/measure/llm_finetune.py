@@ -166,7 +166,10 @@ def _training_model(spec: LlmCaseSpec, job: FinetuneJob, config: dict[str, Any],
     if job.gradient_checkpointing:
         enable_checkpointing(model, job.checkpoint_policy, job.checkpoint_layer_interval)
         notes.append(f"activation checkpointing: {job.checkpoint_policy}"
-                     + (" (SAC: matmul and attention outputs saved)" if job.checkpoint_policy == "selective" else ""))
+                     + {"selective": " (SAC: matmul and attention outputs saved)",
+                        "selective_op": " (torchtitan op-level SAC: attention outputs and every other matmul saved)",
+                        "selective_layers": f" (every {job.checkpoint_layer_interval}-th decoder layer checkpointed)",
+                        }.get(job.checkpoint_policy, ""))
     if job.method != "full":
         shape = model_shape(config)
         # Without a known layout, peft's own "all-linear" (or the spec's names) picks the layers.
