@@ -168,7 +168,8 @@ def _training_model(spec: LlmCaseSpec, job: FinetuneJob, config: dict[str, Any],
         notes.append(f"activation checkpointing: {job.checkpoint_policy}"
                      + {"selective": " (SAC: matmul and attention outputs saved)",
                         "selective_op": " (torchtitan op-level SAC: attention outputs and every other matmul saved)",
-                        "selective_layers": f" (every {job.checkpoint_layer_interval}-th decoder layer checkpointed)",
+                        "selective_layers": f" (decoder layers {job.checkpoint_layer_interval}, "
+                                            f"{2 * job.checkpoint_layer_interval}, … checkpointed)",
                         }.get(job.checkpoint_policy, ""))
     if job.method != "full":
         shape = model_shape(config)
