@@ -158,3 +158,48 @@ def logits_bytes_per_token(shape: ModelShape, tp: int) -> float:
     measured logits at 6% of peak at V = 32k).
     """
     return 12 * shape.vocab_size / tp
+
+
+def layer_matmul_widths(shape: ModelShape, adapted: dict[str, int] | None = None) -> list[tuple[float, bool]]:
+    """The matmuls of one dense decoder layer in the order its forward runs them: (output width per token,
+    split by tensor parallelism). Attention's q, k, v, o, then the MLP's gate, up, down (fc1, fc2 for a
+    plain MLP): transformers' and torchtitan's Llama-style forwards call them in this order.
+
+    `adapted` maps a linear's leaf name to the LoRA rank on it: peft's LoRA layer runs the base matmul,
+    then x·A (rank wide), then (x·A)·B (as wide as the base output), so each adds two matmuls after it.
+    """
+    q_dim = shape.num_attention_heads * shape.head_dim
+    kv_dim = shape.num_kv_heads * shape.head_dim
+    f, h = shape.intermediate_size, shape.hidden_size
+    mlp = [("gate_proj", f, True), ("up_proj", f, True), ("down_proj", h, False)] if shape.gated_mlp \
+        else [("fc1", f, True), ("fc2", h, False)]
+    base = [("q_proj", q_dim, True), ("k_proj", kv_dim, True), ("v_proj", kv_dim, True), ("o_proj", h, False), *mlp]
+    widths: list[tuple[float, bool]] = []
+    for name, width, split in base:
+        widths.append((width, split))
+        rank = (adapted or {}).get(name)
+        if rank:
+            widths += [(rank, False), (width, split)]
+    return widths
+
+
+def op_level_saved_bytes(shape: ModelShape, act_bytes: int, tp: int, adapted: dict[str, int] | None = None) -> float:
+    """Per token per layer, what torchtitan's op-level selective checkpointing saves beyond the layer input.
+
+    torchtitan (models/llama3/infra/parallelize.py, `_apply_ac_to_transformer_block` with
+    selective_ac_option = "op"; torchtune copies it in training/_activation_checkpointing.py) saves the
+    outputs of the ops in `_save_list` (aten.mm, the flash and memory-efficient SDPA kernels, max, and
+    reduce_scatter under TP) "except every second mm": a counter, new for every checkpointed call of a
+    block (`selective_checkpointing_context_fn` builds `meta = defaultdict(int)` each time), counts the
+    block's mm calls and saves the 1st, 3rd, 5th, …. For a Llama layer without LoRA that is q, v, gate
+    and down; k, o and up are recomputed. MoE layers (router and per-expert matmuls, grouped kernels not
+    in the list) are counted as saving every matmul, as `selective_saved_bytes` does: an upper bound.
+    """
+    if moe_layer_count(shape):
+        return selective_saved_bytes(shape, act_bytes, tp)
+    heads = shape.num_attention_heads
+    q_dim = heads * shape.head_dim
+    attention = (act_bytes * q_dim + FP32 * heads) / tp  # SDPA output and its fp32 log-sum-exp
+    saved = sum(width / (tp if split else 1)
+                for i, (width, split) in enumerate(layer_matmul_widths(shape, adapted), start=1) if i % 2 == 1)
+    return attention + act_bytes * saved

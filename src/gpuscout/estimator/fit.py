@@ -228,9 +228,10 @@ def _finetune_candidates(job: FinetuneJob) -> list[Candidate]:
                            f"{job.grad_accum * job.micro_batch} (same global batch)",
                            {"micro_batch": 1, "grad_accum": job.grad_accum * job.micro_batch},
                            "small: lower GPU utilization per step, same math", True, SMALLER_MICRO_BATCH))
-    if not job.chunked_cross_entropy:
-        c.append(Candidate("chunked (fused) cross-entropy", {"chunked_cross_entropy": True}, "none to small", True,
-                           CHUNKED_LOSS))
+    if job.loss_impl != "fused":
+        # A framework's loss (or an explicit one) is replaced by the fused kernel; otherwise the old switch.
+        edit: dict[str, object] = {"chunked_cross_entropy": True} if job.loss is None else {"loss": "fused"}
+        c.append(Candidate("chunked (fused) cross-entropy", edit, "none to small", True, CHUNKED_LOSS))
     if job.attention == "eager":
         c.append(Candidate("flash/SDPA attention instead of eager", {"attention": "sdpa"}, "none (usually faster)",
                            True))

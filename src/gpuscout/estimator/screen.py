@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, ClassVar
 
 from gpuscout.errors import GpuscoutError
 from gpuscout.estimator.breakdown import MemoryBreakdown
@@ -23,7 +24,7 @@ from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.speed.estimate import SpeedEstimate, estimate_speed
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu
-from gpuscout.workload.job import InferenceJob, Job
+from gpuscout.workload.job import FinetuneJob, InferenceJob, Job
 from gpuscout.workload.model import Model
 from gpuscout.workload.shape import ModelShape
 
@@ -55,13 +56,17 @@ class Screening(Frozen):
     model_name: str
     verdicts: tuple[GpuVerdict, ...]
     host: HostNeeds | None = None  # host RAM and disk of the job as written (docs/estimator.md §2.13)
+    # The trainer whose defaults the job resolved, "<id>@<version>" (workload/frameworks.toml); None: none named.
+    framework: str | None = None
+    quiet_defaults: ClassVar[dict[str, Any]] = {"framework": None}
 
 
 def screen(job: Job, model: Model, gpus: Sequence[Gpu], margin_pct: float | None = None) -> Screening:
     """`margin_pct`: the user's --margin, in place of the validated error band."""
     band = band_for(job, margin_pct)
     return Screening(job_name=job.name, job_kind=job.kind, model_name=model.name,
-                     verdicts=tuple(judge(job, model, gpu, band) for gpu in gpus), host=estimate_host(job, model))
+                     verdicts=tuple(judge(job, model, gpu, band) for gpu in gpus), host=estimate_host(job, model),
+                     framework=job.framework if isinstance(job, FinetuneJob) else None)
 
 
 def judge(job: Job, model: Model, gpu: Gpu, band: Band | None = None) -> GpuVerdict:

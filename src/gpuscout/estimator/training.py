@@ -51,6 +51,10 @@ ADAM8_BYTES = 2 * (1 + 4 / 2048)
 FP32_BYTES = 4
 # Chunked / fused cross-entropy keeps logits for one chunk of tokens at a time.
 CE_CHUNK_TOKENS = 1024
+# loss "chunked_output": torchtune's CEWithChunkedOutputLoss splits the output into num_output_chunks = 8
+# (torchtune/modules/loss/ce_chunked_output_loss.py); litgpt's 128-token chunks are smaller, so 8 is the
+# larger (safe) backward chunk for both.
+OUTPUT_CHUNKS = 8
 # Activation offloading (docs/estimator.md §2.14): torchtune's OffloadActivations keeps at most
 # max_fwd_stash_size = 5 saved tensors on the GPU while their copies to pinned host memory finish,
 # and in the backward only the tensors of the autograd node being run (training/_activation_offloading.py).
@@ -346,8 +350,10 @@ def saved_activation_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) 
 
 
 def _checkpointed_term(job: FinetuneJob, shape: ModelShape, layout: Layout, layers: int, where: str) -> MemoryTerm:
-    """Each checkpointed layer's input (residual stream), plus under selective checkpointing the matmul
-    and attention outputs its policy saves."""
+    """Each checkpointed layer's input (residual stream), plus what the checkpointing policy saves inside
+    it: every matmul and attention output ("selective"), every other matmul and the attention outputs
+    ("selective_op", torchtitan's op-level policy), or, with only every k-th layer checkpointed
+    ("selective_layers"), all the activations of the layers left unwrapped."""
     ab = ACT_BYTES[job.precision]
     rb = residual_bytes(job)
     tokens = job.micro_batch * job.seq_len
@@ -358,8 +364,37 @@ def _checkpointed_term(job: FinetuneJob, shape: ModelShape, layout: Layout, laye
         return term("checkpointed layer inputs and matmul outputs", "activations", layers * (rb * h + extra) * tokens,
                     f"{layers} layers{where} × {tokens:,} tokens × (h·{rb} B input{stream} + {extra:,.0f} B "
                     "matmul/attention outputs saved by selective checkpointing)")
+    if job.checkpoint_policy == "selective_op":
+        extra = act.op_level_saved_bytes(shape, ab, layout.tp, _adapted_ranks(job, shape))
+        return term("checkpointed layer inputs and op-level saves", "activations", layers * (rb * h + extra) * tokens,
+                    f"{layers} layers{where} × {tokens:,} tokens × (h·{rb} B input{stream} + {extra:,.0f} B: "
+                    "attention outputs and every other matmul, torchtitan's op-level policy)")
+    if job.checkpoint_policy == "selective_layers":
+        return _every_kth_layer_term(job, shape, layout, layers, where)
     return term("checkpointed layer inputs", "activations", layers * rb * h * tokens,
                 f"L·b·s·h·{rb} B = {layers}×{tokens:,}×{h}×{rb}{stream}{where}")
+
+
+def _every_kth_layer_term(job: FinetuneJob, shape: ModelShape, layout: Layout, layers: int, where: str) -> MemoryTerm:
+    """torchtitan / torchtune per-layer selective checkpointing: a counter over the blocks wraps block k,
+    2k, … (`ptd_checkpoint_wrapper._count % ac_freq == 0`), so ⌊L/k⌋ layers keep only their input and the
+    other L − ⌊L/k⌋ keep every activation, as without checkpointing."""
+    k = job.checkpoint_layer_interval
+    rb = residual_bytes(job)
+    tokens = job.micro_batch * job.seq_len
+    wrapped = layers // k
+    kept = (layers - wrapped) * _layer_bytes_per_token(job, shape, layout)
+    nbytes = (wrapped * rb * shape.hidden_size + kept) * tokens
+    return term("layer activations (every k-th layer checkpointed)", "activations", nbytes,
+                f"{wrapped} of {layers} layers{where} checkpointed (k = {k}): h·{rb} B each; the other "
+                f"{layers - wrapped} keep all activations ({_formula(job)}) × {tokens:,} tokens")
+
+
+def _adapted_ranks(job: FinetuneJob, shape: ModelShape) -> dict[str, int]:
+    """Leaf name → LoRA rank of the decoder-layer linears LoRA adapts (none for a full fine-tune)."""
+    if job.method == "full":
+        return {}
+    return {g.name.rsplit(".", 1)[-1]: job.lora.rank for g in lora_targets(shape, job.lora)}
 
 
 def _layers_on_gpu(job: FinetuneJob, shape: ModelShape) -> tuple[int, str]:
@@ -443,10 +478,19 @@ def _formula(job: FinetuneJob) -> str:
 def logits_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTerm:
     per_token = act.logits_bytes_per_token(shape, layout.tp)
     tokens = job.micro_batch * job.seq_len
-    if job.chunked_cross_entropy:
+    loss = job.loss_impl
+    if loss == "fused":
         kept = min(tokens, CE_CHUNK_TOKENS)
         return term("logits and loss (chunked)", "activations", per_token * kept,
                     f"{kept} tokens per chunk × V={shape.vocab_size:,} × 12 B")
+    if loss == "chunked_output":
+        # Each chunk's F.cross_entropy(logits.float()) keeps its fp32 log-softmax until the backward (4 B
+        # for every token); the backward then runs one chunk at a time (8 B of fp32 gradients per element).
+        chunk = -(-tokens // OUTPUT_CHUNKS)
+        nbytes = (4 * tokens + 8 * chunk) * shape.vocab_size / layout.tp
+        return term("logits and loss (chunked output)", "activations", nbytes,
+                    f"V={shape.vocab_size:,} × (4 B fp32 log-softmax × {tokens:,} tokens + 8 B fp32 gradients × "
+                    f"{chunk:,} tokens of one of {OUTPUT_CHUNKS} chunks)")
     return term("logits and loss", "activations", per_token * tokens,
                 f"b·s·V·(4 B fp32 log-softmax kept + 8 B fp32 loss gradients), V={shape.vocab_size:,}")
 
@@ -460,11 +504,13 @@ def logits_hole_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> Mem
     reserved memory nobody can use. Fitting the HF + FA2 column of unsloth's QLoRA context-length
     table (Llama 3.1 8B, 12 to 80 GB cards, docs/estimator.md §2.5) gives 2.65 MB per token; the
     traced allocation is 2.35 MB per token plus the 10% reserve: the 2 B per logit closes the gap.
+    A chunked output frees its chunks' blocks side by side; whether the allocator merges them for the
+    twice-as-large fp32 chunk gradients is not known here, so they count as stranded in full (the safe side).
     """
     if ACT_BYTES[job.precision] >= FP32_BYTES:  # fp32 logits: no 16-bit block to strand
         return term("freed 16-bit logits (reserved)", "overhead", 0, "fp32 recipe: none")
     tokens = job.micro_batch * job.seq_len
-    kept = min(tokens, CE_CHUNK_TOKENS) if job.chunked_cross_entropy else tokens
+    kept = min(tokens, CE_CHUNK_TOKENS) if job.loss_impl == "fused" else tokens
     return term("freed 16-bit logits (reserved)", "overhead", kept * shape.vocab_size * 2 / layout.tp,
                 f"{kept:,} tokens × V={shape.vocab_size:,} × 2 B: freed before the fp32 loss backward, "
                 "too small for its tensors, still held by the caching allocator")

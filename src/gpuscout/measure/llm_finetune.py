@@ -164,9 +164,13 @@ def _training_model(spec: LlmCaseSpec, job: FinetuneJob, config: dict[str, Any],
     if job.method != "full":
         model.requires_grad_(False)
     if job.gradient_checkpointing:
-        enable_checkpointing(model, job.checkpoint_policy)
+        enable_checkpointing(model, job.checkpoint_policy, job.checkpoint_layer_interval)
         notes.append(f"activation checkpointing: {job.checkpoint_policy}"
-                     + (" (SAC: matmul and attention outputs saved)" if job.checkpoint_policy == "selective" else ""))
+                     + {"selective": " (SAC: matmul and attention outputs saved)",
+                        "selective_op": " (torchtitan op-level SAC: attention outputs and every other matmul saved)",
+                        "selective_layers": f" (decoder layers {job.checkpoint_layer_interval}, "
+                                            f"{2 * job.checkpoint_layer_interval}, … checkpointed)",
+                        }.get(job.checkpoint_policy, ""))
     if job.method != "full":
         shape = model_shape(config)
         # Without a known layout, peft's own "all-linear" (or the spec's names) picks the layers.

@@ -36,7 +36,8 @@ def screening_table(screening: Screening, notes: Footnotes, *, wide: bool = Fals
 
     The title and caption are lines of their own, wrapped at the terminal's width, not the table's.
     """
-    title = f"{screening.job_name} — {screening.model_name} ({screening.job_kind}): memory and speed per GPU"
+    kind = f"{screening.job_kind}, {screening.framework}" if screening.framework else screening.job_kind
+    title = f"{screening.job_name} — {screening.model_name} ({kind}): memory and speed per GPU"
     table = Table()
     limit_names = list(screening.verdicts[0].limits.values) if wide and screening.verdicts else []
     with_fix = any(not v.fits or v.plan for v in screening.verdicts)

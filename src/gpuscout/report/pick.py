@@ -281,6 +281,8 @@ def _step_words(edits: dict[str, object]) -> str:
              "max_num_batched_tokens": "batch tokens"}
     if "offload" in edits:
         return f"{edits['offload']} CPU offload"
+    if edits.get("loss") == "fused":
+        return "chunked loss"
     if edits.get("checkpoint_policy") == "selective":
         return "selective checkpointing"
     if "optimizer" in edits:

@@ -141,20 +141,49 @@ def autocast(torch: Any, precision: str, device: str) -> AbstractContextManager[
     return context
 
 
-def enable_checkpointing(model: Any, policy: str = "full") -> None:
+def enable_checkpointing(model: Any, policy: str = "full", layer_interval: int = 1) -> None:
     """HF per-decoder-layer activation checkpointing, non-reentrant (no input-grad hack needed).
 
     policy "selective": PyTorch's selective activation checkpointing inside each checkpointed layer
     (`create_selective_checkpoint_contexts`): matmul and attention outputs are saved, everything else
-    (norms, activations, casts, residual adds) is recomputed in the backward.
+    (norms, activations, casts, residual adds) is recomputed in the backward. "selective_op":
+    torchtitan's op-level rule (`op_level_checkpoint_context`). "selective_layers": only every
+    `layer_interval`-th decoder layer is checkpointed, as torchtitan's and torchtune's integer
+    selective_ac_option wrap blocks k, 2k, … (the flag of transformers' GradientCheckpointingLayer is
+    cleared on the others).
     """
     kwargs: dict[str, Any] = {"use_reentrant": False}
     if policy == "selective":
         kwargs["context_fn"] = selective_checkpoint_context
+    elif policy == "selective_op":
+        kwargs["context_fn"] = op_level_checkpoint_context
+    elif policy not in ("full", "selective_layers"):
+        raise ValueError(f"unknown checkpoint policy {policy!r}")
     if hasattr(model, "activation_checkpointing_enable"):  # the name since transformers 5.x
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if policy == "selective_layers" and layer_interval > 1:
+        _checkpoint_every_kth_layer(model, layer_interval)
+
+
+def _checkpoint_every_kth_layer(model: Any, k: int) -> None:
+    from gpuscout.errors import MissingDependencyError
+
+    try:
+        from transformers.modeling_layers import GradientCheckpointingLayer
+    except ImportError:  # transformers before 4.52: one flag on the whole model, none per layer
+        layers: list[Any] = []
+    else:
+        layers = [m for m in model.modules() if isinstance(m, GradientCheckpointingLayer)]
+    if not layers:
+        raise MissingDependencyError(
+            "Every k-th layer checkpointing (selective_layers) cannot run with this transformers.",
+            "It turns checkpointing off layer by layer through transformers' GradientCheckpointingLayer, "
+            "which this model or transformers version does not have.",
+            "Upgrade transformers (pip install -U transformers), or use checkpoint_policy = \"full\".")
+    for index, layer in enumerate(layers, start=1):
+        layer.gradient_checkpointing = index % k == 0
 
 
 def _sac_saved_ops() -> frozenset[Any]:
@@ -177,6 +206,32 @@ def selective_checkpoint_context() -> Any:
 
     def policy(_ctx: Any, op: Any, *_args: Any, **_kwargs: Any) -> Any:
         return CheckpointPolicy.MUST_SAVE if op in saved else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)  # type: ignore[no-untyped-call]
+
+
+def op_level_checkpoint_context() -> Any:
+    """torchtitan's op-level selective checkpointing (models/llama3/infra/parallelize.py, selective_ac_option
+    "op"): save the outputs of mm and the SDPA kernels, except every second mm, counted afresh for every
+    checkpointed call of a layer (its `meta = defaultdict(int)` is built inside the context function).
+    Its `_save_list` holds `aten.mm` only: `addmm` (a linear with a bias) is neither saved nor counted.
+    The CPU flash kernel stands in for the CUDA ones when the trace runs on the CPU device."""
+    import torch
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    aten = torch.ops.aten
+    mm = aten.mm.default
+    names = ("_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_flash_attention_for_cpu", "max")
+    saved = frozenset({mm} | {getattr(aten, n).default for n in names if hasattr(aten, n)})
+    counts = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: Any, op: Any, *_args: Any, **_kwargs: Any) -> Any:
+        mode = "recompute" if ctx.is_recompute else "forward"
+        if op == mm:
+            counts[mode] += 1
+        keep = op in saved and not (op == mm and counts[mode] % 2 == 0)
+        return CheckpointPolicy.MUST_SAVE if keep else CheckpointPolicy.PREFER_RECOMPUTE
 
     return create_selective_checkpoint_contexts(policy)  # type: ignore[no-untyped-call]
 

@@ -49,7 +49,7 @@ from gpuscout.workload.hf_config import config_with_depth
 
 Precision = Literal["fp32", "bf16_mixed", "bf16", "fp16_mixed"]
 OptimizerName = Literal["adamw", "adamw_8bit", "sgd", "adafactor", "paged_adamw_8bit", "paged_adamw_32bit"]
-CheckpointPolicy = Literal["full", "selective"]
+CheckpointPolicy = Literal["full", "selective", "selective_op", "selective_layers"]
 Method = Literal["full", "lora", "qlora"]
 Attention = Literal["sdpa", "eager"]
 WeightDtype = Literal["fp32", "bf16", "fp16"]
@@ -109,6 +109,7 @@ def trace_finetune_step(
     checkpoint_policy: CheckpointPolicy = "full",
     activation_offload: bool = False,
     optimizer_in_bwd: bool = False,
+    checkpoint_layer_interval: int = 1,
 ) -> TraceResult:
     """Trace one steady-state training step (optimizer states already exist) and report its peaks.
 
@@ -125,7 +126,7 @@ def trace_finetune_step(
     start_s = time.perf_counter()
     model = _build_model(hf_config, attention, num_layers, param_dtype(torch, precision, method))
     if gradient_checkpointing:
-        enable_checkpointing(model, checkpoint_policy)
+        enable_checkpointing(model, checkpoint_policy, checkpoint_layer_interval)
     if method == "lora":
         model = apply_lora(model, lora_rank, lora_alpha, lora_target_modules)
     model.train()

@@ -69,7 +69,7 @@ def as_traced(job: FinetuneJob | InferenceJob) -> FinetuneJob | InferenceJob:
     if isinstance(job, FinetuneJob):
         # One process on one device, in eager mode: no sharding or parameter offload, no compile.
         return job.model_copy(update={"gpus": 1, "sharding": "none", "tensor_parallel": 1, "grad_accum": 1,
-                                      "chunked_cross_entropy": False, "optimizer_offload": False,
+                                      "chunked_cross_entropy": False, "loss": None, "optimizer_offload": False,
                                       "offload_params": False, "compile": False})
     # HF generate: prefill the prompt, then one decode step; of the main model alone when co-served.
     return job.model_copy(update={"tensor_parallel": 1, "engine": "hf", "output_tokens": 1, "co_served": ()})
@@ -87,6 +87,7 @@ def run_trace(job: FinetuneJob | InferenceJob, model: ModelShape, config: dict[s
             lora_target_modules=lora_target_names(model, job.lora) if job.method != "full" else (),
             gradient_checkpointing=job.gradient_checkpointing,
             attention="eager" if job.attention == "eager" else "sdpa", checkpoint_policy=job.checkpoint_policy,
-            activation_offload=job.activation_offload, optimizer_in_bwd=job.optimizer_in_backward)
+            activation_offload=job.activation_offload, optimizer_in_bwd=job.optimizer_in_backward,
+            checkpoint_layer_interval=job.checkpoint_layer_interval)
     weight = job.weights if job.weights in ("fp32", "bf16", "fp16") else "bf16"
     return trace_inference_step(config, batch=job.concurrency, prompt_tokens=job.prompt_tokens, weight_dtype=weight)

@@ -13,7 +13,9 @@ Training FLOPs per micro-batch of T = b·s tokens (forward pass first, then mult
                (forward 2P, input grads 2P, no weight grads for frozen weights ≈ 4P per token;
                docs/estimator.md §3.2, "my derivation")
     checkpointing  + one more forward of the decoder layers (≈ +2P, i.e. +1/3 of 6P); selective
-               checkpointing saves the matmul and attention outputs, so it recomputes no FLOPs that count
+               checkpointing saves the matmul and attention outputs, so it recomputes no FLOPs that count;
+               every k-th layer checkpointed recomputes ⌊L/k⌋ of L layers; torchtitan's op-level policy
+               recomputes the matmuls it does not save (k, o and up of a Llama layer: every second mm)
 
 Tokens a micro-batch computes (docs/estimator.md §2.14): micro_batch rows of `row_tokens` each. A row
 is seq_len long when packed or when every example fills seq_len (sample_tokens unset); unpacked
@@ -62,8 +64,9 @@ def training_flops(job: FinetuneJob, shape: ModelShape) -> TrainFlops:
     else:
         adapter, head_step = 2.0 * tokens * lora_adapter_params(shape, job.lora, active=True), 2 * head
         useful = 2 * linear + 3 * attention + 2 * head + 3 * adapter
-    full_recompute = job.gradient_checkpointing and job.checkpoint_policy == "full"
-    recompute = linear + attention + adapter if full_recompute else 0.0
+    recompute = recompute_share(job, shape) * (linear + attention + adapter)
+    if job.gradient_checkpointing and job.checkpoint_policy == "selective_op":
+        recompute = _op_level_recompute_share(shape) * linear
     return TrainFlops(linear, attention, head, adapter, head_step, useful + recompute, useful)
 
 
@@ -71,8 +74,34 @@ def training_flops_rule(job: FinetuneJob) -> str:
     """The multiples of the forward pass that `training_flops` adds up, in words."""
     rule = ("3 × (linears + attention + LM head)" if job.method == "full"
             else "2 × linears + 3 × attention + 2 × LM head + 3 × adapters")
-    full_recompute = job.gradient_checkpointing and job.checkpoint_policy == "full"
-    return rule + (" + recompute of the layers" if full_recompute else "")
+    if not job.gradient_checkpointing or job.checkpoint_policy == "selective":
+        return rule
+    return rule + {"full": " + recompute of the layers", "selective_layers": " + recompute of every k-th layer",
+                   "selective_op": " + recompute of every second matmul"}[job.checkpoint_policy]
+
+
+def recompute_share(job: FinetuneJob, shape: ModelShape) -> float:
+    """Share of the decoder layers' forward run again in the backward by whole-layer checkpointing."""
+    if not job.gradient_checkpointing:
+        return 0.0
+    if job.checkpoint_policy == "full":
+        return 1.0
+    if job.checkpoint_policy == "selective_layers":
+        layers = max(shape.num_layers, 1)
+        return (layers // job.checkpoint_layer_interval) / layers
+    return 0.0
+
+
+def _op_level_recompute_share(shape: ModelShape) -> float:
+    """Share of the linear FLOPs torchtitan's op-level policy recomputes: the 2nd, 4th, … matmul of a layer
+    (k, o and up for a gated MLP, k, o for a plain one). LoRA on every linear keeps the same base matmuls
+    unsaved (three matmuls per adapted linear keep the parity); MoE layers count as recomputing half."""
+    if shape.num_experts:
+        return 0.5
+    h, q, kv = shape.hidden_size, shape.num_attention_heads * shape.head_dim, shape.num_kv_heads * shape.head_dim
+    f = shape.intermediate_size
+    mats = [h * q, h * kv, h * kv, q * h] + ([h * f, h * f, f * h] if shape.gated_mlp else [h * f, f * h])
+    return sum(mats[1::2]) / sum(mats)
 
 
 def row_tokens(job: FinetuneJob) -> int:

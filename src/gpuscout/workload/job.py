@@ -14,17 +14,31 @@ beyond its maximum, LoRA rank above the hidden size) live in `estimate.validate`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from gpuscout.errors import SpecError
 from gpuscout.frozen import Frozen
 from gpuscout.userfile import MAX_JOB_BYTES, printable, read_user_toml, shown
+from gpuscout.workload.frameworks import apply_defaults
 
 Precision = Literal["fp32", "bf16_mixed", "bf16", "fp16_mixed"]
 Optimizer = Literal["adamw", "adamw_8bit", "sgd", "adafactor", "paged_adamw_8bit", "paged_adamw_32bit"]
-CheckpointPolicy = Literal["full", "selective"]
+# What a checkpointed decoder layer keeps (docs/estimator.md §2.14, §2.16):
+#   "full"             each layer checkpointed whole: only its input is saved (HF, torchtune, litgpt).
+#   "selective"        every layer; PyTorch SAC saving every matmul and attention output (gpuscout's trace).
+#   "selective_op"     every layer; torchtitan's op-level SAC: attention outputs and every other matmul.
+#   "selective_layers" every k-th layer checkpointed whole, the others keep everything (torchtitan /
+#                      torchtune ac_mode "selective" with an integer ac_option = checkpoint_layer_interval).
+CheckpointPolicy = Literal["full", "selective", "selective_op", "selective_layers"]
+# How the loss turns hidden states into a loss (docs/estimator.md §2.16):
+#   "full"           fp32 logits of every token at once (transformers ForCausalLMLoss, torchtitan).
+#   "chunked_output" the output in chunks, each upcast and cross-entropied alone (torchtune
+#                    CEWithChunkedOutputLoss, litgpt chunked_cross_entropy): fp32 log-softmax kept for all.
+#   "fused"          fused linear + cross-entropy kernels that keep one chunk's logits (Liger, unsloth);
+#                    what chunked_cross_entropy = true has always meant.
+Loss = Literal["full", "chunked_output", "fused"]
 Padding = Literal["max_length", "longest"]
 # Most names an `unquantized_modules` list may hold: far past a model's few dozen distinct linears.
 MAX_SKIP_MODULES = 256
@@ -65,6 +79,10 @@ class Lora(Spec):
     rank: int = Field(16, gt=0, le=4096)
     alpha: int = Field(32, gt=0, le=1_000_000)
     target_modules: tuple[Name, ...] | Literal["all-linear"] = Field("all-linear", max_length=1024)
+    # LoRA on the output head (lm_head) too: peft target_modules with "lm_head", torchtune
+    # apply_lora_to_output, litgpt lora_head. Off in every framework's defaults.
+    output_head: bool = False
+    quiet_defaults: ClassVar[dict[str, Any]] = {"output_head": False}
 
 
 class Slo(Spec):
@@ -77,6 +95,11 @@ class FinetuneJob(Spec):
     kind: Literal["finetune"]
     name: Name = "fine-tune"
     model: ModelRef
+    # The trainer, "<id>" or "<id>@<version>" (workload/frameworks.toml): its documented defaults fill
+    # the fields this spec leaves out. Rewritten to the resolved "<id>@<version>". None: gpuscout's own
+    # defaults (transformers + peft), exactly as before frameworks were part of the job.
+    framework: Name | None = None
+    quiet_defaults: ClassVar[dict[str, Any]] = {"framework": None, "checkpoint_layer_interval": 1, "loss": None}
     method: Method = "lora"
     lora: Lora = Lora()
     precision: Precision = "bf16_mixed"
@@ -111,6 +134,10 @@ class FinetuneJob(Spec):
     # With gradient_checkpointing: "full" recomputes each decoder layer; "selective" saves matmul
     # outputs and recomputes only pointwise ops (PyTorch's selective activation checkpointing).
     checkpoint_policy: CheckpointPolicy = "full"
+    # checkpoint_policy "selective_layers": checkpoint every k-th decoder layer (layers k, 2k, …).
+    checkpoint_layer_interval: int = Field(1, gt=0, le=1024)
+    # The loss implementation (see Loss). None: "fused" with chunked_cross_entropy, else "full".
+    loss: Loss | None = None
     # Saved activations go to pinned host RAM (torch.autograd.graph.save_on_cpu; torchtune's
     # enable_activation_offloading), about one layer's worth stays on the GPU.
     activation_offload: bool = False
@@ -130,11 +157,29 @@ class FinetuneJob(Spec):
     # Without packing: pad each example to seq_len ("max_length") or each batch to its longest ("longest").
     padding: Padding = "max_length"
 
+    @model_validator(mode="before")
+    @classmethod
+    def _framework_defaults(cls, data: Any) -> Any:
+        return apply_defaults(data) if isinstance(data, dict) else data
+
+    @property
+    def loss_impl(self) -> Loss:
+        """The loss as modelled: the `loss` field, or what chunked_cross_entropy has always meant."""
+        if self.loss is not None:
+            return self.loss
+        return "fused" if self.chunked_cross_entropy else "full"
+
     @model_validator(mode="after")
     def _settings(self) -> FinetuneJob:
-        if self.checkpoint_policy == "selective" and not self.gradient_checkpointing:
-            raise ValueError('checkpoint_policy = "selective" needs gradient_checkpointing = true '
+        if self.checkpoint_policy != "full" and not self.gradient_checkpointing:
+            raise ValueError(f'checkpoint_policy = "{self.checkpoint_policy}" needs gradient_checkpointing = true '
                              "(it chooses what the checkpointed layers save); set both, or drop checkpoint_policy")
+        if self.checkpoint_layer_interval > 1 and self.checkpoint_policy != "selective_layers":
+            raise ValueError(f"checkpoint_layer_interval = {self.checkpoint_layer_interval} needs "
+                             'checkpoint_policy = "selective_layers" (it says which layers are checkpointed)')
+        if self.loss is not None and self.chunked_cross_entropy and self.loss != "fused":
+            raise ValueError(f'chunked_cross_entropy = true is the fused loss, but loss = "{self.loss}"; '
+                             "keep only loss")
         if self.optimizer_in_backward and self.grad_accum > 1:
             raise ValueError(f"optimizer_in_backward updates each weight inside the backward, so gradients cannot "
                              f"accumulate over grad_accum = {self.grad_accum} micro-batches; set grad_accum = 1 "
