@@ -278,7 +278,7 @@ def resident_weight_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -
     if job.method == "full":
         b = PARAM_BYTES[job.precision]
         return [term("weights", "weights", p * b / div, f"{p:,} params × {b} B / {div}")]
-    base = _base_weight_terms(job, shape, div, layout.tp)
+    base = _base_weight_terms(job, shape, div, layout.tp, layout.dp)
     if job.method == "qlora" and job.unquantized_modules:
         base.append(_kept_linears_term(job, shape, div))
     adapters = lora_adapter_params(shape, job.lora)
@@ -317,11 +317,12 @@ def offloaded_weight_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) 
                   f"{units} units (current + prefetched) × ({unit:,.0f} B per decoder layer + its "
                   f"1/{layout.dp} shard copied in from host): {what}; the rest in host RAM")]
     if job.method == "qlora":
-        terms.append(quant_constants_term(quantized_linear_params(shape, job.unquantized_modules), layout.tp))
+        terms.append(quant_constants_term(quantized_linear_params(shape, job.unquantized_modules), layout.tp,
+                                          layout.dp))
     return terms
 
 
-def _base_weight_terms(job: FinetuneJob, shape: ModelShape, div: int, tp: int) -> list[MemoryTerm]:
+def _base_weight_terms(job: FinetuneJob, shape: ModelShape, div: int, tp: int, dp: int) -> list[MemoryTerm]:
     """Frozen base weights: 16-bit (fp32 for an fp32 recipe), or NF4 linears for QLoRA."""
     if job.method == "lora":
         b = 4 if job.precision == "fp32" else 2
@@ -332,21 +333,22 @@ def _base_weight_terms(job: FinetuneJob, shape: ModelShape, div: int, tp: int) -
     return [
         term("frozen base weights (NF4 linears)", "weights", lin * NF4_BYTES / div,
              f"{lin:,} linear params × 0.5 B (bitsandbytes NF4)"),
-        quant_constants_term(lin, tp),
+        quant_constants_term(lin, tp, dp),
         _leftover_term(job, rest, div),
     ]
 
 
-def quant_constants_term(lin: int, tp: int) -> MemoryTerm:
+def quant_constants_term(lin: int, tp: int, dp: int) -> MemoryTerm:
     """NF4 absmax constants, whole on every data-parallel rank.
 
     They live in each Params4bit's QuantState, not in a parameter, so neither FSDP (it flattens and
     shards nn.Parameters only), ZeRO-3 (it partitions parameters) nor their CPU offload touches them, and
     every rank dequantizes whole gathered layers, so it needs every block's absmax. Tensor parallelism
     splits the weights, and their blocks with them."""
+    split = f" / TP {tp}" if tp > 1 else ""
+    whole = "; in QuantState, not a parameter: whole on each of the N_d ranks" if dp > 1 else ""
     return term("quantization constants", "weights", lin * NF4_CONSTANT_BYTES / tp,
-                f"{lin:,} × 0.127 bits/8 / TP {tp} (double-quantized absmax, QLoRA §3; in QuantState, not "
-                "a parameter: whole on every data-parallel rank)")
+                f"{lin:,} × 0.127 bits/8{split} (double-quantized absmax, QLoRA §3{whole})")
 
 
 def _leftover_term(job: FinetuneJob, rest: int, div: int) -> MemoryTerm:
