@@ -63,3 +63,22 @@ def test_sharded_qlora_cannot_be_traced_and_says_why() -> None:
     with pytest.raises(GpuscoutError, match="QLoRA"):
         trace_fsdp_finetune_step(SMALL_LLAMA, world_size=WORLD, micro_batch=1, seq_len=8,
                                  precision="bf16_mixed", method="qlora")
+
+
+def test_an_fsdp_job_is_traced_as_rank_0_of_its_gpus_and_the_rest_on_one_gpu() -> None:
+    from gpuscout.trace.scope import as_traced, fsdp_traceable
+
+    def spec(**kw: object) -> FinetuneJob:
+        base: dict[str, object] = {"kind": "finetune", "model": "llama-3-8b", "method": "lora", "gpus": 4,
+                                   "sharding": "fsdp", "grad_accum": 4}
+        return FinetuneJob.model_validate(base | kw)
+
+    kept = as_traced(spec())
+    assert isinstance(kept, FinetuneJob)
+    assert (kept.gpus, kept.sharding, kept.grad_accum) == (4, "fsdp", 1)
+    for other in (spec(method="qlora"), spec(sharding="zero3"), spec(optimizer="adamw_8bit"),
+                  spec(offload_params=True)):
+        assert not fsdp_traceable(other)
+        single = as_traced(other)
+        assert isinstance(single, FinetuneJob)
+        assert (single.gpus, single.sharding) == (1, "none")
