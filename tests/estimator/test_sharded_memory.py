@@ -120,3 +120,12 @@ def test_parameter_offload_moves_states_off_the_gpu_but_not_the_gathered_units()
     assert named(offloaded, "quantization constants") == named(resident, "quantization constants")
     assert not [t for t in offloaded.terms if t.name.startswith("frozen base weights")]
     assert offloaded.peak_bytes < resident.peak_bytes
+
+
+def test_fsdp_full_fine_tune_holds_the_root_units_gradients_but_lora_does_not() -> None:
+    """The trainable root unit is reduce-scattered only at the end of the backward (its embeddings come
+    last), so the LM head's gradient is held throughout; LoRA leaves the root frozen."""
+    full = estimate_finetune_memory(job("llama-3-8b", method="full", gpus=8, sharding="fsdp"), L8, H100)
+    assert named(full, "unsharded gradients of the root unit") == pytest.approx(nonlinear_params(L8) * 4)
+    lora = estimate_finetune_memory(job("llama-3-8b", method="lora", gpus=8, sharding="fsdp"), L8, H100)
+    assert not [t for t in lora.terms if t.name == "unsharded gradients of the root unit"]

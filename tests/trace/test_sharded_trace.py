@@ -57,6 +57,24 @@ def test_fsdp_lora_trace_gathers_the_root_whole_and_the_estimate_covers_it() -> 
     assert any("fake process group" in note for note in traced.notes)
 
 
+def test_fsdp_full_trace_holds_the_root_gradients_and_the_estimate_covers_them() -> None:
+    from gpuscout.trace.sharded import trace_fsdp_finetune_step
+
+    shape = shape_from_hf_config(SMALL_LLAMA, name="small llama", source="test")
+    job = FinetuneJob.model_validate({"kind": "finetune", "model": "llama-3-8b", "method": "full",
+                                     "seq_len": 256, "gpus": WORLD, "sharding": "fsdp"})
+    traced = trace_fsdp_finetune_step(SMALL_LLAMA, world_size=WORLD, micro_batch=1, seq_len=256,
+                                      precision="bf16_mixed", method="full")
+    fsdp = traced.fsdp_peak_bytes
+    assert fsdp is not None
+    # Embeddings, LM head and final norm (nonlinear_params also counts the decoder layers' norms).
+    root = 2 * SMALL_LLAMA["vocab_size"] * SMALL_LLAMA["hidden_size"] + SMALL_LLAMA["hidden_size"]
+    assert fsdp["UNSHARDED_GRAD"] >= root * 2  # the root's 16-bit gradients, whole, before its reduce-scatter
+    estimate = estimate_finetune_memory(job, shape, find_gpu("h100"))
+    assert _named(estimate.terms, "unsharded gradients of the root unit") >= fsdp["UNSHARDED_GRAD"]
+    assert traced.peak_total_bytes <= estimate.peak_bytes
+
+
 def test_sharded_qlora_cannot_be_traced_and_says_why() -> None:
     from gpuscout.trace.sharded import trace_fsdp_finetune_step
 

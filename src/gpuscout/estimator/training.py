@@ -174,6 +174,8 @@ def data_parallel_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> 
         terms.append(root_gather_term(job, shape, layout))
         if layout.sharding == "fsdp" and not job.optimizer_in_backward:
             terms.append(unsharded_unit_gradient_term(job, shape, layout))
+            if job.method == "full":
+                terms.append(root_gradient_term(job, shape, layout))
     if layout.sharding in ("zero1", "zero2", "zero3"):
         eb = FP32_BYTES if job.precision == "fp32" else 2
         terms.append(term("ZeRO gradient bucket", "temporaries", ZERO_REDUCE_BUCKET_ELEMENTS * eb,
@@ -257,6 +259,19 @@ def unsharded_unit_gradient_term(job: FinetuneJob, shape: ModelShape, layout: La
     gb = trainable_param_bytes(job)
     return term("unsharded gradients of one unit (reduce-scatter)", "temporaries", per * gb / layout.tp,
                 f"{per:,.0f} trainable params per decoder layer × {gb} B / TP {layout.tp}")
+
+
+def root_gradient_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTerm:
+    """A full fine-tune's root unit is trainable: FSDP reduce-scatters a unit once all its gradients exist,
+    and the root's last one (the embeddings') comes at the very end of the backward, so the LM head's
+    unsharded gradient, made at the start, is held through the whole backward, the embeddings' joins it,
+    and under reduce_dtype = fp32 an fp32 copy of both feeds the reduce-scatter. Counted at gradient bytes
+    (the FSDP2 trace of a Llama shows the 16-bit gradients and the fp32 copy at the end of the backward)."""
+    rest = nonlinear_params(shape)
+    gb = trainable_param_bytes(job)
+    return term("unsharded gradients of the root unit", "temporaries", rest * gb / layout.tp,
+                f"{rest:,} embedding, norm and LM-head params × {gb} B / TP {layout.tp} (held until the root's "
+                "reduce-scatter at the end of the backward)")
 
 
 def _shard(layout: Layout, what: str) -> int:
