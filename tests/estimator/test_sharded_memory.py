@@ -15,7 +15,9 @@ from gpuscout.estimator.training import (
     NF4_BYTES,
     NF4_CONSTANT_BYTES,
     ZERO_REDUCE_BUCKET_ELEMENTS,
+    Layout,
     estimate_finetune_memory,
+    root_reduce_scatter_bytes,
 )
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.workload.job import FinetuneJob
@@ -124,8 +126,14 @@ def test_parameter_offload_moves_states_off_the_gpu_but_not_the_gathered_units()
 
 def test_fsdp_full_fine_tune_holds_the_root_units_gradients_but_lora_does_not() -> None:
     """The trainable root unit is reduce-scattered only at the end of the backward (its embeddings come
-    last), so the LM head's gradient is held throughout; LoRA leaves the root frozen."""
-    full = estimate_finetune_memory(job("llama-3-8b", method="full", gpus=8, sharding="fsdp"), L8, H100)
-    assert named(full, "unsharded gradients of the root unit") == pytest.approx(nonlinear_params(L8) * 4)
-    lora = estimate_finetune_memory(job("llama-3-8b", method="lora", gpus=8, sharding="fsdp"), L8, H100)
-    assert not [t for t in lora.terms if t.name == "unsharded gradients of the root unit"]
+    last): the LM head's 16-bit gradient is held throughout, and at the end the whole root's gradients and
+    their fp32 reduce-scatter copy form a phase of their own. LoRA leaves the root frozen."""
+    spec = job("llama-3-8b", method="full", gpus=8, sharding="fsdp")
+    full = estimate_finetune_memory(spec, L8, H100)
+    assert named(full, "unsharded LM-head gradient") == L8.vocab_size * L8.hidden_size * 2
+    layout = Layout(gpus=8, tp=1, sharding="fsdp")
+    assert root_reduce_scatter_bytes(spec, L8, layout) == nonlinear_params(L8) * (2 + 4)
+    assert "root reduce-scatter" in full.notes[0]
+    lora = job("llama-3-8b", method="lora", gpus=8, sharding="fsdp")
+    assert root_reduce_scatter_bytes(lora, L8, layout) == 0
+    assert not [t for t in estimate_finetune_memory(lora, L8, H100).terms if "LM-head gradient" in t.name]

@@ -10,7 +10,7 @@ import pytest
 
 from gpuscout.errors import GpuscoutError
 from gpuscout.estimator.params import nonlinear_params
-from gpuscout.estimator.training import estimate_finetune_memory
+from gpuscout.estimator.training import Layout, estimate_finetune_memory, root_reduce_scatter_bytes
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.workload.hf_config import shape_from_hf_config
 from gpuscout.workload.job import FinetuneJob
@@ -71,7 +71,9 @@ def test_fsdp_full_trace_holds_the_root_gradients_and_the_estimate_covers_them()
     root = 2 * SMALL_LLAMA["vocab_size"] * SMALL_LLAMA["hidden_size"] + SMALL_LLAMA["hidden_size"]
     assert fsdp["UNSHARDED_GRAD"] >= root * 2  # the root's 16-bit gradients, whole, before its reduce-scatter
     estimate = estimate_finetune_memory(job, shape, find_gpu("h100"))
-    assert _named(estimate.terms, "unsharded gradients of the root unit") >= fsdp["UNSHARDED_GRAD"]
+    layout = Layout(gpus=WORLD, tp=1, sharding="fsdp")
+    # The end of the backward: the root's 16-bit gradients and their fp32 reduce-scatter copy.
+    assert root_reduce_scatter_bytes(job, shape, layout) >= fsdp["UNSHARDED_GRAD"] + root * 4
     assert traced.peak_total_bytes <= estimate.peak_bytes
 
 

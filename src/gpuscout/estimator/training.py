@@ -106,6 +106,9 @@ def estimate_finetune_memory(
     }
     if recompute:
         phases["layer recompute"] = total_bytes(saved) + total_bytes(recompute) + grads.bytes
+    root_rs = root_reduce_scatter_bytes(job, shape, layout)
+    if root_rs:  # FSDP full fine-tune: the trainable root's gradients, whole, at the end of the backward
+        phases["root reduce-scatter"] = grads.bytes + root_rs
     # The freed 16-bit logits block is reserved, not allocated: it decides the phase, not the reserve.
     hole = logits_hole_term(job, shape, layout)
     phase = max(phases, key=lambda name: phases[name] + (hole.bytes if name == "loss backward" else 0))
@@ -261,17 +264,37 @@ def unsharded_unit_gradient_term(job: FinetuneJob, shape: ModelShape, layout: La
                 f"{per:,.0f} trainable params per decoder layer × {gb} B / TP {layout.tp}")
 
 
+def _unsharded_grad_bytes(job: FinetuneJob) -> tuple[int, int]:
+    """(bytes of a gradient as the backward computes it under FSDP, bytes of its reduce-scatter copy).
+
+    FSDP computes gradients in the gathered parameters' dtype (MixedPrecision param_dtype: 16-bit under
+    mixed recipes) and copies them into a flat reduce-scatter input in reduce_dtype (fp32 under mixed
+    recipes as accelerate and torchtitan set it; FSDP2 `foreach_reduce`)."""
+    compute = FP32_BYTES if job.precision == "fp32" else 2
+    reduce = 2 if job.precision == "bf16" else FP32_BYTES
+    return compute, reduce
+
+
 def root_gradient_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTerm:
-    """A full fine-tune's root unit is trainable: FSDP reduce-scatters a unit once all its gradients exist,
-    and the root's last one (the embeddings') comes at the very end of the backward, so the LM head's
-    unsharded gradient, made at the start, is held through the whole backward, the embeddings' joins it,
-    and under reduce_dtype = fp32 an fp32 copy of both feeds the reduce-scatter. Counted at gradient bytes
-    (the FSDP2 trace of a Llama shows the 16-bit gradients and the fp32 copy at the end of the backward)."""
-    rest = nonlinear_params(shape)
-    gb = trainable_param_bytes(job)
-    return term("unsharded gradients of the root unit", "temporaries", rest * gb / layout.tp,
-                f"{rest:,} embedding, norm and LM-head params × {gb} B / TP {layout.tp} (held until the root's "
-                "reduce-scatter at the end of the backward)")
+    """A full fine-tune's root unit is trainable, and FSDP reduce-scatters a unit only once all its gradients
+    exist: the LM head's unsharded gradient, made at the start of the backward, is held until the
+    embeddings' arrives at its very end (the FSDP2 trace of a Llama shows it)."""
+    head = shape.vocab_size * shape.hidden_size
+    cb, _ = _unsharded_grad_bytes(job)
+    return term("unsharded LM-head gradient (root unit)", "temporaries", head * cb / layout.tp,
+                f"V·h = {head:,} × {cb} B / TP {layout.tp} (held through the backward until the root's "
+                "reduce-scatter)")
+
+
+def root_reduce_scatter_bytes(job: FinetuneJob, shape: ModelShape, layout: Layout) -> float:
+    """The end of an FSDP full fine-tune's backward: the root unit's gradients whole (embeddings, norm, LM
+    head) plus their reduce-scatter copy, beside the sharded gradients, with the activations freed. The
+    FSDP2 trace of a Llama peaks here: 16-bit root gradients + their fp32 copy (docs/estimator.md §2.2)."""
+    if not (layout.sharding == "fsdp" and layout.dp > 1 and job.method == "full" and not job.offload_params
+            and not job.optimizer_in_backward):
+        return 0.0
+    cb, rb = _unsharded_grad_bytes(job)
+    return nonlinear_params(shape) * (cb + rb) / layout.tp
 
 
 def _shard(layout: Layout, what: str) -> int:
