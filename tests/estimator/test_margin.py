@@ -73,6 +73,9 @@ def test_setups_are_read_from_the_job() -> None:
                                      "seq_len": 32768, "allow_long_context": True})
     assert setups_of(sharded) == ("sharded", "qlora", "cpu offload", "long context")
     assert setups_of(job.model_copy(update={"method": "lora"})) == ()
+    # Parameter offload is CPU offload and a group of its own (the allocator's reserve under it).
+    offloaded = job.model_copy(update={"gpus": 2, "sharding": "fsdp", "offload_params": True})
+    assert setups_of(offloaded) == ("sharded", "qlora", "cpu offload", "parameter offload")
 
 
 def test_a_job_takes_the_largest_of_its_category_and_setup_bands() -> None:

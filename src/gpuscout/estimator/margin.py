@@ -51,6 +51,12 @@ def setups_of(job: Job) -> tuple[str, ...]:
             found.append("qlora")
         if job.optimizer_offload or job.offload_params or job.activation_offload:
             found.append("cpu offload")
+        if job.offload_params:
+            # Its own group as well: gathered units, their staged shards and their gradients are allocated
+            # and freed every micro-batch at different sizes, so the caching allocator's reserve grows past
+            # the resident-run 10% by an amount no formula gives (docs/estimator.md §2.14); only points
+            # measured with parameter offload can say by how much.
+            found.append("parameter offload")
         if job.seq_len > LONG_CONTEXT_TOKENS:
             found.append("long context")
     elif isinstance(job, InferenceJob):

@@ -53,6 +53,17 @@ CUDA_GRAPHS_SOURCE = ("assumed 1 GiB, inside vLLM's budget (vLLM ≥ 0.21 subtra
 NCCL_BYTES = 256 * MIB
 NCCL_SOURCE = "assumed 256 MiB (NCCL_BUFFSIZE 4 MiB × channels × peers)"
 
+# NCCL communicator memory of a training process group (DDP's all-reduces, FSDP / ZeRO's all-gathers and
+# reduce-scatters), outside PyTorch's allocator. NCCL's memory grows with its channels, which it raises
+# to reach NVLink bandwidth, and with the algorithms it sets up (NVIDIA/nccl#986, a maintainer's answer).
+# Measured per GPU: a PyTorch NCCL group after one all-reduce, 4 × A100 NVLink: 544 MB for 2 ranks,
+# 688 MB for 3-4 (NVIDIA/nccl#964); 8 × H100 after initialisation and collectives: 1.06 GB, PyTorch's
+# own memory excluded (NVIDIA/nccl#1685); one communicator with an all-reduce, ~1.6 GB (NVIDIA/nccl#864,
+# GPU not given). gpuscout takes 1 GiB: above the A100 and H100 figures, under the unexplained 1.6 GB.
+NCCL_TRAINING_BYTES = 1 * GIB
+NCCL_TRAINING_SOURCE = ("1 GiB (NCCL communicator per GPU: 0.54-0.69 GB on A100 NVLink, NVIDIA/nccl#964; "
+                        "1.06 GB on 8 × H100, nccl#1685)")
+
 # vLLM's page size in tokens (vllm/v1/kv_cache_interface.py block_size default 16).
 VLLM_BLOCK_TOKENS = 16
 

@@ -61,8 +61,16 @@ OUTPUT_CHUNKS = 8
 # A decoder layer saves ~15 tensors, so one layer's activations bound what stays: counted as 1 layer.
 OFFLOAD_LAYERS_ON_GPU = 1
 # FSDP gathers one unit (decoder layer) and prefetches the next: current + prefetched unit on the GPU
-# (torch FSDP forward/backward_prefetch; the same 2 units as the all-gather buffers above).
+# (torch FSDP forward_prefetch / backward_prefetch=BACKWARD_PRE; FSDP1's limit_all_gathers lets at most
+# two all-gathers run ahead of the compute; DeepSpeed ZeRO-3 prefetches the next submodules likewise).
 FSDP_UNITS_ON_GPU = 2
+# DeepSpeed's reduce_bucket_size default, 5e8 elements (DeepSpeed config docs, zero_optimization). ZeRO-1/2
+# allocate a contiguous-gradient bucket of that many elements in the model's 16-bit dtype at every
+# backward (stage_1_and_2.py `backward`: `torch.empty(int(self.reduce_bucket_size), ...)`, two with
+# overlap_comm, off by default for stage 1/2); ZeRO-3 allocates one at start-up (stage3.py
+# `__ipg_bucket_flat_buffer`). Whole, whatever the trainable count: a LoRA job pays it too. transformers'
+# "auto" DeepSpeed config sets h² instead; the default is the larger, so it is the safe side.
+ZERO_REDUCE_BUCKET_ELEMENTS = 500_000_000
 # bitsandbytes' paged optimizers (PagedAdamW8bit / PagedAdamW32bit) allocate their states in CUDA
 # unified memory, which "transfers memory from the GPU to the CPU when GPU memory is exhausted"
 # (bitsandbytes optimizer docs). They must be on the GPU only while the optimizer step runs.
@@ -102,6 +110,9 @@ def estimate_finetune_memory(
     }
     if recompute:
         phases["layer recompute"] = total_bytes(saved) + total_bytes(recompute) + grads.bytes
+    root_rs = root_reduce_scatter_bytes(job, shape, layout)
+    if root_rs:  # FSDP full fine-tune: the trainable root's gradients, whole, at the end of the backward
+        phases["root reduce-scatter"] = grads.bytes + root_rs
     # The freed 16-bit logits block is reserved, not allocated: it decides the phase, not the reserve.
     hole = logits_hole_term(job, shape, layout)
     phase = max(phases, key=lambda name: phases[name] + (hole.bytes if name == "loss backward" else 0))
@@ -145,18 +156,149 @@ def trainable_params(job: FinetuneJob, shape: ModelShape) -> int:
 def model_state_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
     """What stays on the GPU through the whole step."""
     terms = [*weight_terms(job, shape, layout), optimizer_term(job, shape, layout)]
-    if layout.sharding in ("zero3", "fsdp") and layout.dp > 1 and not job.offload_params:
-        gathered = 2 * layer_params(shape) * 2 / layout.tp
-        terms.append(term("all-gather buffers", "temporaries", gathered,
-                          "2 layers × layer params × 2 B (current + prefetched unit, 16-bit)"))
-    if layout.sharding == "none" and layout.dp > 1:
-        grads = gradient_term(job, shape, layout).bytes
-        terms.append(term("DDP gradient buckets", "gradients", grads,
-                          "= gradient bytes (DDP copies grads into buckets unless gradient_as_bucket_view)"))
+    terms += data_parallel_terms(job, shape, layout)
     if job.method == "qlora" and quantized_linear_params(shape, job.unquantized_modules):
         big = largest_linear_params(shape) * 2
         terms.append(term("NF4 dequantization buffer", "temporaries", big, "largest linear × 2 B"))
     return terms
+
+
+def data_parallel_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
+    """What data parallelism holds beyond each rank's share of the model states (docs/estimator.md §2.2).
+
+    ZeRO-3 / FSDP: the gathered decoder layers (current + prefetched unit), the gathered 16-bit root
+    unit (FSDP) or LM head (ZeRO-3), the unsharded gradients of the unit being reduce-scattered (FSDP).
+    ZeRO-1/2/3: DeepSpeed's contiguous gradient bucket. DDP: its gradient buckets. With parameter offload
+    the gathered units are counted with the weights (`offloaded_weight_terms`)."""
+    if layout.dp <= 1:
+        return []
+    terms: list[MemoryTerm] = []
+    if layout.sharding in ("zero3", "fsdp") and not job.offload_params:
+        units = min(FSDP_UNITS_ON_GPU, max(shape.num_layers, 1))
+        unit, what = gathered_unit_bytes(job, shape, layout)
+        terms.append(term("gathered layer units (all-gather)", "temporaries", units * unit,
+                          f"{units} units (current + prefetched) × {unit:,.0f} B per decoder layer: {what}"))
+        terms.append(root_gather_term(job, shape, layout))
+        if layout.sharding == "fsdp" and not job.optimizer_in_backward:
+            terms.append(unsharded_unit_gradient_term(job, shape, layout))
+            if job.method == "full":
+                terms.append(root_gradient_term(job, shape, layout))
+    if layout.sharding in ("zero1", "zero2", "zero3"):
+        eb = FP32_BYTES if job.precision == "fp32" else 2
+        terms.append(term("ZeRO gradient bucket", "temporaries", ZERO_REDUCE_BUCKET_ELEMENTS * eb,
+                          f"reduce_bucket_size {ZERO_REDUCE_BUCKET_ELEMENTS:,} elements × {eb} B (DeepSpeed's "
+                          "default, allocated whole whatever the trainable count)"))
+    if layout.sharding == "none":
+        grads = gradient_term(job, shape, layout).bytes
+        terms.append(term("DDP gradient buckets", "gradients", grads,
+                          "= gradient bytes (DDP copies grads into buckets unless gradient_as_bucket_view)"))
+    return terms
+
+
+def gathered_unit_bytes(job: FinetuneJob, shape: ModelShape, layout: Layout) -> tuple[float, str]:
+    """Bytes of one decoder layer as FSDP / ZeRO-3 all-gathers it, and what they are.
+
+    Full and LoRA: the layer's weights in the compute dtype (FSDP MixedPrecision(param_dtype) gathers
+    16-bit copies; fp32 for an fp32 recipe). QLoRA: the packed 4-bit weights, 0.5 B per weight: with
+    bnb_4bit_quant_storage = bf16 the Params4bit is a 16-bit tensor holding two 4-bit codes per byte,
+    which is what lets FSDP flatten and shard it (transformers' bitsandbytes docs, "FSDP-QLoRA"; Answer.AI
+    fsdp_qlora). Its dequantized 16-bit copy exists one linear at a time (the dequantization buffer).
+    LoRA adapters come along at their own bytes (peft's fsdp_auto_wrap_policy wraps them separately;
+    they are gathered with their layer)."""
+    layers = max(shape.num_layers, 1)
+    wb = FP32_BYTES if job.precision == "fp32" else 2
+    if job.method == "full":
+        per = layer_params(shape)
+        return per * wb / layout.tp, f"{per:,} params × {wb} B / TP {layout.tp}"
+    adapters = lora_adapter_params(shape, job.lora) / layers
+    ab = adapter_bytes(job)
+    if job.method == "lora":
+        per = layer_params(shape)
+        return ((per * wb + adapters * ab) / layout.tp,
+                f"{per:,} frozen params × {wb} B + {adapters:,.0f} adapter params × {ab} B / TP {layout.tp}")
+    packed = quantized_linear_params(shape, job.unquantized_modules) / layers
+    kept = unquantized_linear_params(shape, job.unquantized_modules) / layers if job.unquantized_modules else 0
+    kb = FP32_BYTES if upcasts_unquantized(job) else 2
+    norms = shape.norm_params / layers
+    nbytes = packed * NF4_BYTES + kept * kb + norms * kb + adapters * ab
+    return (nbytes / layout.tp,
+            f"{packed:,.0f} packed NF4 weights × 0.5 B (bf16 quant storage) + {kept + norms:,.0f} "
+            f"unquantized × {kb} B + {adapters:,.0f} adapter params × {ab} B / TP {layout.tp}")
+
+
+def _root_bytes(job: FinetuneJob) -> int:
+    """Bytes per parameter of the non-decoder-layer weights as gathered: the compute dtype for full
+    fine-tunes (16-bit copies of fp32 masters), as the model holds them otherwise (fp32 after peft's
+    upcast: FSDP gathers in the storage dtype unless a MixedPrecision policy says otherwise, the larger)."""
+    wb = FP32_BYTES if job.precision == "fp32" else 2
+    if job.method == "full":
+        return wb
+    return FP32_BYTES if upcasts_unquantized(job) else wb
+
+
+def root_gather_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTerm:
+    """The weights outside the decoder layers, never quantized (bitsandbytes skips the LM head; embeddings
+    are not linears), gathered whole on every rank.
+
+    FSDP wraps each decoder layer; the embeddings, final norm and LM head stay in the root unit, gathered
+    at the start of the forward and not resharded after it ("Do not free the root's parameters in the
+    post-forward for FULL_SHARD", torch/distributed/fsdp/_runtime_utils.py `_post_forward_reshard`; FSDP2's
+    fully_shard leaves the root unsharded after forward too), so they stay whole through the backward.
+    ZeRO-3 gathers each submodule around its use and frees it after; the LM head is gathered again for
+    its backward, right at the loss backward's peak, so it alone is counted."""
+    rb = _root_bytes(job)
+    if layout.sharding == "fsdp":
+        rest = nonlinear_params(shape)
+        return term("root unit gathered (embeddings, norm, LM head)", "temporaries", rest * rb / layout.tp,
+                    f"{rest:,} non-layer params × {rb} B / TP {layout.tp} (FSDP keeps the root unsharded from "
+                    "forward to backward)")
+    head = shape.vocab_size * shape.hidden_size
+    return term("LM head gathered (ZeRO-3)", "temporaries", head * rb / layout.tp,
+                f"V·h = {head:,} × {rb} B / TP {layout.tp} (gathered again for its backward at the loss)")
+
+
+def unsharded_unit_gradient_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTerm:
+    """FSDP computes a unit's gradients whole (the unsharded flat parameter's .grad) before reduce-scattering
+    them into the rank's shard: one unit's trainable parameters at gradient bytes (torch FSDP
+    `_post_backward_hook` / FSDP2 `foreach_reduce`)."""
+    layers = max(shape.num_layers, 1)
+    per = layer_params(shape) if job.method == "full" else lora_adapter_params(shape, job.lora) / layers
+    gb = trainable_param_bytes(job)
+    return term("unsharded gradients of one unit (reduce-scatter)", "temporaries", per * gb / layout.tp,
+                f"{per:,.0f} trainable params per decoder layer × {gb} B / TP {layout.tp}")
+
+
+def _unsharded_grad_bytes(job: FinetuneJob) -> tuple[int, int]:
+    """(bytes of a gradient as the backward computes it under FSDP, bytes of its reduce-scatter copy).
+
+    FSDP computes gradients in the gathered parameters' dtype (MixedPrecision param_dtype: 16-bit under
+    mixed recipes) and copies them into a flat reduce-scatter input in reduce_dtype (fp32 under mixed
+    recipes as accelerate and torchtitan set it; FSDP2 `foreach_reduce`)."""
+    compute = FP32_BYTES if job.precision == "fp32" else 2
+    reduce = 2 if job.precision == "bf16" else FP32_BYTES
+    return compute, reduce
+
+
+def root_gradient_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTerm:
+    """A full fine-tune's root unit is trainable, and FSDP reduce-scatters a unit only once all its gradients
+    exist: the LM head's unsharded gradient, made at the start of the backward, is held until the
+    embeddings' arrives at its very end (the FSDP2 trace of a Llama shows it)."""
+    head = shape.vocab_size * shape.hidden_size
+    cb, _ = _unsharded_grad_bytes(job)
+    return term("unsharded LM-head gradient (root unit)", "temporaries", head * cb / layout.tp,
+                f"V·h = {head:,} × {cb} B / TP {layout.tp} (held through the backward until the root's "
+                "reduce-scatter)")
+
+
+def root_reduce_scatter_bytes(job: FinetuneJob, shape: ModelShape, layout: Layout) -> float:
+    """The end of an FSDP full fine-tune's backward: the root unit's gradients whole (embeddings, norm, LM
+    head) plus their reduce-scatter copy, beside the sharded gradients, with the activations freed. The
+    FSDP2 trace of a Llama peaks here: 16-bit root gradients + their fp32 copy (docs/estimator.md §2.2)."""
+    if not (layout.sharding == "fsdp" and layout.dp > 1 and job.method == "full" and not job.offload_params
+            and not job.optimizer_in_backward):
+        return 0.0
+    cb, rb = _unsharded_grad_bytes(job)
+    return nonlinear_params(shape) * (cb + rb) / layout.tp
 
 
 def _shard(layout: Layout, what: str) -> int:
@@ -178,7 +320,7 @@ def resident_weight_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -
     if job.method == "full":
         b = PARAM_BYTES[job.precision]
         return [term("weights", "weights", p * b / div, f"{p:,} params × {b} B / {div}")]
-    base = _base_weight_terms(job, shape, div)
+    base = _base_weight_terms(job, shape, div, layout.tp, layout.dp)
     if job.method == "qlora" and job.unquantized_modules:
         base.append(_kept_linears_term(job, shape, div))
     adapters = lora_adapter_params(shape, job.lora)
@@ -200,29 +342,29 @@ def _kept_linears_term(job: FinetuneJob, shape: ModelShape, div: int) -> MemoryT
 
 
 def offloaded_weight_terms(job: FinetuneJob, shape: ModelShape, layout: Layout) -> list[MemoryTerm]:
-    """FSDP CPUOffload(offload_params=True): the parameters live in host RAM; the GPU holds the root unit
-    (embeddings, final norm, LM head: FSDP wraps each decoder layer, the rest stays in the root unit and
-    is gathered for the whole step) and `FSDP_UNITS_ON_GPU` gathered decoder layers, in the compute dtype
-    (FSDP MixedPrecision(param_dtype) gathers 16-bit copies; docs/estimator.md §2.14)."""
-    whole = Layout(gpus=layout.tp, tp=layout.tp, sharding="none")
-    resident = total_bytes(resident_weight_terms(job, shape, whole))
-    wb = FP32_BYTES if job.precision == "fp32" else 2
-    # Non-linear params as the model holds them (upcast QLoRA keeps them fp32); full fine-tunes gather
-    # 16-bit copies of their fp32 masters.
-    rb = wb if job.method == "full" else (FP32_BYTES if upcasts_unquantized(job) else wb)
+    """FSDP CPUOffload(offload_params=True) / ZeRO-3 offload_param: the parameters live in host RAM. On the
+    GPU stay the root unit (embeddings, final norm, LM head: FSDP wraps each decoder layer, the rest is the
+    root, gathered for the whole step), `FSDP_UNITS_ON_GPU` gathered decoder layers with the 1/N shards
+    copied in from pinned host memory to feed their all-gathers, and, for QLoRA, the NF4 constants (not
+    parameters, so no offload moves them; docs/estimator.md §2.2, §2.14)."""
+    rb = _root_bytes(job)
     rest = nonlinear_params(shape)
     root = rest * rb / layout.tp
-    layers = max(shape.num_layers, 1)
-    gathered = resident * (wb / PARAM_BYTES[job.precision] if job.method == "full" else 1)
-    per_layer = max(gathered - root, 0) / layers
-    units = min(FSDP_UNITS_ON_GPU, layers)
-    return [term("root unit (embeddings, norm, LM head), gathered", "weights", root,
-                 f"{rest:,} non-linear params × {rb} B / TP {layout.tp} (held for the whole step)"),
-            term("gathered layer units (params offloaded to CPU)", "weights", units * per_layer,
-                 f"{units} units (current + prefetched) × {per_layer:,.0f} B per decoder layer; the rest in host RAM")]
+    units = min(FSDP_UNITS_ON_GPU, max(shape.num_layers, 1))
+    unit, what = gathered_unit_bytes(job, shape, layout)
+    staged = unit / layout.dp if layout.dp > 1 else 0.0  # one rank: its shard is the whole unit
+    terms = [term("root unit (embeddings, norm, LM head), gathered", "weights", root,
+                  f"{rest:,} non-layer params × {rb} B / TP {layout.tp} (held for the whole step)"),
+             term("gathered layer units (params offloaded to CPU)", "weights", units * (unit + staged),
+                  f"{units} units (current + prefetched) × ({unit:,.0f} B per decoder layer + its "
+                  f"1/{layout.dp} shard copied in from host): {what}; the rest in host RAM")]
+    if job.method == "qlora":
+        terms.append(quant_constants_term(quantized_linear_params(shape, job.unquantized_modules), layout.tp,
+                                          layout.dp))
+    return terms
 
 
-def _base_weight_terms(job: FinetuneJob, shape: ModelShape, div: int) -> list[MemoryTerm]:
+def _base_weight_terms(job: FinetuneJob, shape: ModelShape, div: int, tp: int, dp: int) -> list[MemoryTerm]:
     """Frozen base weights: 16-bit (fp32 for an fp32 recipe), or NF4 linears for QLoRA."""
     if job.method == "lora":
         b = 4 if job.precision == "fp32" else 2
@@ -233,10 +375,22 @@ def _base_weight_terms(job: FinetuneJob, shape: ModelShape, div: int) -> list[Me
     return [
         term("frozen base weights (NF4 linears)", "weights", lin * NF4_BYTES / div,
              f"{lin:,} linear params × 0.5 B (bitsandbytes NF4)"),
-        term("quantization constants", "weights", lin * NF4_CONSTANT_BYTES / div,
-             f"{lin:,} × 0.127 bits/8 (double-quantized absmax, QLoRA §3)"),
+        quant_constants_term(lin, tp, dp),
         _leftover_term(job, rest, div),
     ]
+
+
+def quant_constants_term(lin: int, tp: int, dp: int) -> MemoryTerm:
+    """NF4 absmax constants, whole on every data-parallel rank.
+
+    They live in each Params4bit's QuantState, not in a parameter, so neither FSDP (it flattens and
+    shards nn.Parameters only), ZeRO-3 (it partitions parameters) nor their CPU offload touches them, and
+    every rank dequantizes whole gathered layers, so it needs every block's absmax. Tensor parallelism
+    splits the weights, and their blocks with them."""
+    split = f" / TP {tp}" if tp > 1 else ""
+    whole = "; in QuantState, not a parameter: whole on each of the N_d ranks" if dp > 1 else ""
+    return term("quantization constants", "weights", lin * NF4_CONSTANT_BYTES / tp,
+                f"{lin:,} × 0.127 bits/8{split} (double-quantized absmax, QLoRA §3{whole})")
 
 
 def _leftover_term(job: FinetuneJob, rest: int, div: int) -> MemoryTerm:
@@ -534,7 +688,7 @@ def overhead_terms(layout: Layout, allocated: int) -> list[MemoryTerm]:
     terms = [term("CUDA context and libraries", "overhead", overhead.CUDA_CONTEXT_BYTES,
                   overhead.CUDA_CONTEXT_SOURCE)]
     if layout.gpus > 1:
-        terms.append(term("NCCL buffers", "overhead", overhead.NCCL_BYTES, overhead.NCCL_SOURCE))
+        terms.append(term("NCCL buffers", "overhead", overhead.NCCL_TRAINING_BYTES, overhead.NCCL_TRAINING_SOURCE))
     terms.append(term("allocator reserve", "overhead", allocated * overhead.ALLOCATOR_FRACTION,
                       overhead.ALLOCATOR_SOURCE))
     return terms

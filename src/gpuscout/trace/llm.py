@@ -90,6 +90,9 @@ class TraceResult(Frozen):
     notes: tuple[str, ...]
     # With activation_offload: bytes the hooks moved off the device in the traced step (host RAM's share).
     offloaded_bytes: int | None = None
+    # Under FSDP (`trace.sharded`): FSDP's own categories (gathered units, reduce-scatter buffers, ...),
+    # each at its own maximum.
+    fsdp_peak_bytes: dict[str, int] | None = None
 
 
 def trace_finetune_step(
