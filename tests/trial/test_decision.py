@@ -154,3 +154,14 @@ def test_the_stored_trial_is_drawn_by_report_as_a_comparison(tmp_path: Path) -> 
     assert isinstance(doc, CompareDoc) and doc.verdict.winner is not None
     page = render_report([doc], title="trial")
     assert "fast" in page.html and page.plots >= 1
+
+
+def test_a_stored_trial_that_compared_nothing_is_refused_by_report_with_the_reason(tmp_path: Path) -> None:
+    from gpuscout.errors import SpecError
+
+    a = offer("a", 2.0)
+    trial = trial_of(candidate_run(tmp_path, a, "benched", bench_result("a")))
+    payload = trial_payload({"job": "job.toml"}, trial, decide_trial(trial, sheet(a), (), today=TODAY))
+    with pytest.raises(SpecError, match="compared nothing") as caught:
+        to_document(payload, "run 8")
+    assert "bench.json" in caught.value.fix
