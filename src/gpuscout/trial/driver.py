@@ -270,6 +270,13 @@ class Driver:
                                         command=_fallback_command(box))
             if box.torn_down_at is None and run.teardown.done:
                 box.torn_down_at = datetime.now(UTC)
+            if getattr(self.engine, "files_survive_tear_down", False):
+                # Stopping the script let it write what finished (a bench stopped mid-run writes its partial
+                # result on the way out): where the files outlive the tear-down, fetch them once more.
+                try:
+                    run.files = tuple(self.engine.fetch(box, local))
+                except (EngineError, OSError) as exc:
+                    self.say(f"{run.candidate.name}: could not fetch its results after the tear-down: {exc}")
             end = box.torn_down_at or datetime.now(UTC)
             held_s = (end - self._start(box)).total_seconds()
             run.real_usd = elapsed_bill_usd(run.candidate.offer, held_s, self.settings.rates) \
