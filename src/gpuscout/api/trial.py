@@ -74,8 +74,9 @@ def plan_trial(job: str | Path, *, offers: str | Path, candidates: Sequence[str]
     bundle_job(spec, sheet_path)  # a job that cannot travel in the script is refused before any question
     day = today or date.today()
     rates = tuple(rates_for(sheet.exchange_rates, fx, day))
-    report = pick(spec, offers=sheet_path, fx=fx, today=day, include_placeholders=True)
-    chosen = _choose(report.pick.rows, sheet, candidates, top)
+    # Offers named by the user are ranked even at a placeholder price; the ones chosen for them never are.
+    report = pick(spec, offers=sheet_path, fx=fx, today=day, include_placeholders=bool(candidates))
+    chosen = _choose(report.pick.rows, sheet, candidates, top, report.pick.trial)
     mode: InstallMode = install or ("current" if engine == "local" else "venv")
     setup_s = (setup_minutes * 60 if setup_minutes is not None
                else DOCTOR_QUICK_S + (INSTALL_S if mode == "venv" else 0.0))
@@ -103,6 +104,9 @@ def plan_trial(job: str | Path, *, offers: str | Path, candidates: Sequence[str]
                   for o in chosen)
     deviations = (f"no fresh environment: every box reuses {sys.executable} (install=current)",) \
         if mode == "current" else ()
+    notes = [*notes, *(f"{c.offer.id}: the trial's predicted {c.predicted_s / 60:,.0f} min is beyond the "
+                       f"{budget_minutes:g} min each box may run: raise the time bound, or lower the runs"
+                       for c in cands if c.predicted_s is not None and c.predicted_s > budget_minutes * 60)]
     plan = TrialPlan(job=str(spec), sheet_path=sheet_path, sheet=sheet, rates=rates, engine=engine,
                      candidates=cands, settings=settings, budget_s=budget_minutes * 60, max_usd=max_usd,
                      out_dir=Path(output), deviations=deviations, notes=tuple(notes))
@@ -121,7 +125,10 @@ def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
-def _choose(rows: Sequence[Any], sheet: PriceSheet, candidates: Sequence[str], top: int | None) -> list[str]:
+def _choose(rows: Sequence[Any], sheet: PriceSheet, candidates: Sequence[str], top: int | None,
+            advice: Any = None) -> list[str]:
+    """The offers named, the `top` cheapest ranked, or by default the leader and the cheapest offer whose
+    cost band overlaps it (the two `pick` cannot tell apart); the two cheapest when every band is apart."""
     ids = [o.id for o in sheet.offers]
     if candidates:
         unknown = [c for c in candidates if c not in ids]
@@ -143,6 +150,8 @@ def _choose(rows: Sequence[Any], sheet: PriceSheet, candidates: Sequence[str], t
             raise InputError("{top} {n} names no candidate.", "It takes the N cheapest ranked offers.",
                              "Pass {top} 2 or more.", n=top)
         return ranked[:top]
+    if advice is not None and advice.challenger_id is not None:
+        return [advice.winner_id, advice.challenger_id]
     if len(ranked) < 2:
         raise InputError("The job fits {n} offer(s) of the sheet; a trial compares two or more.",
                          "pick ranks only the offers the job fits.", "Add offers, or name them with {candidates}.",
