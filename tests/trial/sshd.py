@@ -92,8 +92,10 @@ def _user() -> str:
 
 
 @contextmanager
-def sshd(folder: Path, key: UserKey, *, start_timeout_s: float = 60.0) -> Iterator[SshServer]:
-    """Start one sshd on a free port of 127.0.0.1 that lets in `key`; stop it (and wait for it) on exit."""
+def sshd(folder: Path, key: UserKey, *, port: int | None = None,
+         start_timeout_s: float = 60.0) -> Iterator[SshServer]:
+    """Start one sshd on a free port of 127.0.0.1 (or on `port`) that lets in `key`, with a host key made
+    now; stop it (and wait for it) on exit."""
     assert SSH_KEYGEN is not None
     folder.mkdir(parents=True, exist_ok=True)
     host_key = folder / "ssh_host_ed25519_key"
@@ -104,8 +106,9 @@ def sshd(folder: Path, key: UserKey, *, start_timeout_s: float = 60.0) -> Iterat
     if os.getuid() == 0:
         Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
     log = folder / "sshd.log"
+    wanted = port
     for _attempt in range(5):  # the free port can be taken between the probe and sshd's bind
-        port = _free_port()
+        port = wanted or _free_port()
         config = folder / "sshd_config"
         config.write_text("\n".join([
             f"ListenAddress 127.0.0.1:{port}",
@@ -140,7 +143,7 @@ def sshd(folder: Path, key: UserKey, *, start_timeout_s: float = 60.0) -> Iterat
         if process.poll() is None:
             process.kill()
         process.wait(timeout=30)
-        if "Address already in use" not in log.read_text(errors="replace"):
+        if wanted or "Address already in use" not in log.read_text(errors="replace"):
             raise RuntimeError(f"sshd did not start (exit {process.returncode}); its log:\n{log.read_text()}")
     else:
         raise RuntimeError(f"sshd found no free port in 5 tries; its log:\n{log.read_text()}")

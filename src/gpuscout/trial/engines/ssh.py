@@ -59,6 +59,8 @@ rm -f run.pid
 """
 KEEPER_NAME = ".gpuscout-keeper.sh"
 
+_LIVE = ("starting", "running")  # box.handle["state"] while the engine may have a process on the box
+
 # ssh exits 255 on its own errors (connection, authentication, host key); these never heal by retrying.
 _FATAL = (
     ("Permission denied", "the box refused the login: ssh here runs without a password prompt (BatchMode), so "
@@ -88,7 +90,10 @@ class SshEngine:
 
     def __init__(self, *, identity_file: Path | None = None, config_file: Path | None = None,
                  connect_timeout_s: float = 15.0, command_timeout_s: float = 60.0, kill_grace_s: float = 10.0,
-                 fetch_timeout_s: float = 900.0, control_master: bool = False, ssh: str = "ssh") -> None:
+                 fetch_timeout_s: float = 900.0, control_master: bool = False, remote_dir: str = "",
+                 ssh: str = "ssh") -> None:
+        """`remote_dir`: the folder on every box the trial works under (default ~/gpuscout-trial); give the
+        box's data disk where the home folder is small (AutoDL's is, beside /root/autodl-tmp)."""
         found = shutil.which(ssh)
         if found is None:
             raise EngineError(f"the ssh engine needs the OpenSSH client ({ssh!r} is not on PATH); install it "
@@ -106,6 +111,10 @@ class SshEngine:
         self.kill_grace_s = kill_grace_s
         self.fetch_timeout_s = fetch_timeout_s
         self._control_master = control_master
+        if remote_dir and (not remote_dir.startswith("/") or any(c.isspace() for c in remote_dir)):
+            raise EngineError(f"remote folder {remote_dir!r}: give an absolute path without spaces, e.g. "
+                              "/root/autodl-tmp/gpuscout-trial")
+        self._remote_dir = remote_dir.rstrip("/") or ""
         # short path on purpose: a control socket's path must fit in a sockaddr_un (about 100 bytes)
         self._state = Path(tempfile.mkdtemp(prefix="gs-ssh-"))
         self._known_hosts = self._state / "known_hosts"
@@ -150,12 +159,15 @@ class SshEngine:
             raise EngineError(f"{target}: the box lacks {', '.join(missing)}, which the trial needs to run and "
                               "stop its script; install them there (Debian/Ubuntu: apt-get install bash "
                               "util-linux tar procps)")
-        home = facts.get("home", "").strip()
-        if not home.startswith("/"):
-            raise EngineError(f"{target}: the account has no home folder ($HOME is {home!r}); the trial "
-                              "writes under it")
+        base = self._remote_dir
+        if not base:
+            home = facts.get("home", "").strip()
+            if not home.startswith("/"):
+                raise EngineError(f"{target}: the account has no home folder ($HOME is {home!r}); give the "
+                                  "folder the trial works under with the ssh remote folder option")
+            base = f"{home}/gpuscout-trial"
         stamp = box.launched_at.strftime("%Y%m%dT%H%M%SZ")
-        box.workdir = f"{home}/gpuscout-trial/{_safe_name(box.request.candidate)}-{stamp}"
+        box.workdir = f"{base}/{_safe_name(box.request.candidate)}-{stamp}"
         made = self._call(target, f"mkdir -p {shlex.quote(box.workdir)}", timeout_s=self._small_bound())
         if made.returncode != 0:
             raise EngineError(f"{target}: could not make {box.workdir} ({_first_line(made.stderr)}); check the "
@@ -174,10 +186,16 @@ class SshEngine:
                  f"{{ setsid bash {KEEPER_NAME} {safety_s} < /dev/null > /dev/null 2>&1 & }} && "
                  "i=0; while [ ! -s run.started ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; cat run.started")
         started_at = time.monotonic()
+        # "starting" from before the keeper can exist: an interrupt that cuts the start call short still
+        # kills whatever the box went on to start (the kill reads the keeper's pid file on the box)
+        box.handle["state"] = "starting"
+        box.handle.pop("pid", None)
         try:
             with script.open("rb") as stdin:
                 begun = self._call(target, start, timeout_s=self._small_bound(), stdin=stdin)
             pid = begun.stdout.strip()
+            if begun.returncode == 255:
+                self._raise_if_fatal(target, begun.stderr)
             if begun.returncode != 0 or not pid.isdigit():
                 raise EngineError(f"{target}: could not start the script in {box.workdir} "
                                   f"({_first_line(begun.stderr) or 'no pid came back'}); "
@@ -187,7 +205,7 @@ class SshEngine:
             returncode, timed_out = self._wait(box, target, pid, started_at + timeout_s)
         except BaseException:
             # Ctrl-C, SIGTERM, an ssh failure: nothing we started may keep running on the box
-            if box.handle.get("state") == "running":
+            if box.handle.get("state") in _LIVE:
                 self._kill(box, target)
             raise
         if timed_out:
@@ -231,10 +249,11 @@ class SshEngine:
             return self._torn(box, TearDown(done=True, message=f"nothing started ({error})"))
         command = ""
         left = ""
-        if box.handle.get("state") == "running" and not self._kill(box, target):
+        if box.handle.get("state") in _LIVE and not self._kill(box, target):
             pid = box.handle.get("pid", "")
-            command = f"{target.ssh_command()} 'kill -TERM -- -{pid}'"
-            left = f"the trial's processes (process group {pid}) may still run there; "
+            group = pid or f"$(cat {shlex.quote(box.workdir)}/run.pid)"
+            command = f"{target.ssh_command()} 'kill -TERM -- -{group}'"
+            left = f"the trial's processes (process group {pid or 'named in run.pid'}) may still run there; "
         self._close_master(target)
         billing = (f"{target}: a box you rented yourself; the trial stopped nothing there and it keeps billing "
                    "until you stop it at your provider")
@@ -338,19 +357,21 @@ class SshEngine:
 
     def _kill(self, box: Box, target: SshTarget) -> bool:
         """Stop the run's whole process group on the box (TERM, grace, KILL); True once nothing of it runs.
-        Only while the keeper's pid file still names that group: its number is never someone else's."""
-        pid = box.handle.get("pid", "")
-        if not pid.isdigit():
+        The group is the one the keeper's pid file names while the keeper runs, so its number is never
+        someone else's; a start cut short is given a few seconds to show its keeper first."""
+        if not box.workdir:
             return True
         work = shlex.quote(box.workdir)
         tenths = max(1, round(self.kill_grace_s * 10))
-        kill = (f"cd {work} || exit 0; "
-                f"if [ \"$(cat run.pid 2>/dev/null)\" = {pid} ]; then "
-                f"kill -TERM -- -{pid} 2>/dev/null; i=0; "
-                f"while kill -0 -- -{pid} 2>/dev/null && [ $i -lt {tenths} ]; do sleep 0.1; i=$((i+1)); done; "
-                f"kill -KILL -- -{pid} 2>/dev/null; sleep 0.2; rm -f run.pid; fi; "
-                f"if kill -0 -- -{pid} 2>/dev/null && [ -e run.pid ]; then echo alive; else echo gone; fi")
-        result = self._call(target, kill, timeout_s=self._small_bound() + self.kill_grace_s)
+        kill = (f"cd {work} || exit 0; i=0; "
+                "while [ ! -e run.started ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; "
+                "pid=$(cat run.pid 2>/dev/null); "
+                "case $pid in ''|*[!0-9]*) echo gone; exit 0;; esac; "
+                "kill -TERM -- -$pid 2>/dev/null; i=0; "
+                f"while kill -0 -- -$pid 2>/dev/null && [ $i -lt {tenths} ]; do sleep 0.1; i=$((i+1)); done; "
+                "kill -KILL -- -$pid 2>/dev/null; sleep 0.2; "
+                "if kill -0 -- -$pid 2>/dev/null; then echo alive; else rm -f run.pid; echo gone; fi")
+        result = self._call(target, kill, timeout_s=self._small_bound() + self.kill_grace_s + 5)
         if result.returncode == 0 and result.stdout.strip().endswith("gone"):
             box.handle["state"] = "killed"
             return True
@@ -382,7 +403,8 @@ class SshEngine:
 
 
 def _first_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    """The first line that says something (ssh frames its host key warning in lines of '@')."""
+    lines = [line.strip() for line in text.splitlines() if line.strip().strip("@")]
     return lines[0] if lines else ""
 
 
