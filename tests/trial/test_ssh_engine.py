@@ -346,3 +346,16 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_the_engine_built_without_arguments_reads_its_options_from_the_environment(
+        boxes: Boxes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command line builds the engine with no arguments: the key, config and folder come from there."""
+    monkeypatch.setenv("GPUSCOUT_SSH_CONFIG", str(boxes.config))
+    monkeypatch.setenv("GPUSCOUT_SSH_REMOTE_DIR", str(tmp_path / "data-disk"))
+    eng = SshEngine()
+    box = ready_box(eng, boxes.a)
+    assert Path(box.workdir).parent == tmp_path / "data-disk"
+    monkeypatch.setenv("GPUSCOUT_SSH_IDENTITY", str(tmp_path / "no-key"))
+    with pytest.raises(EngineError, match="GPUSCOUT_SSH_IDENTITY"):
+        SshEngine()

@@ -20,6 +20,7 @@ only a shell, `setsid`, `tar` and `kill`, not an SFTP or rsync server.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shlex
 import shutil
@@ -64,8 +65,8 @@ _LIVE = ("starting", "running")  # box.handle["state"] while the engine may have
 # ssh exits 255 on its own errors (connection, authentication, host key); these never heal by retrying.
 _FATAL = (
     ("Permission denied", "the box refused the login: ssh here runs without a password prompt (BatchMode), so "
-     "the box must accept your key; install it once with `ssh-copy-id -p {port} {dest}`, or give the key "
-     "with the ssh identity option"),
+     "the box must accept your key; install it once with `ssh-copy-id -p {port} {dest}`, or name the key "
+     "in GPUSCOUT_SSH_IDENTITY"),
     ("Host key verification failed", "the box's host key changed during this trial (a different machine now "
      "answers at {target}): check the address with your provider and start the trial again"),
     ("REMOTE HOST IDENTIFICATION HAS CHANGED", "the box's host key changed during this trial (a different "
@@ -90,19 +91,26 @@ class SshEngine:
 
     def __init__(self, *, identity_file: Path | None = None, config_file: Path | None = None,
                  connect_timeout_s: float = 15.0, command_timeout_s: float = 60.0, kill_grace_s: float = 10.0,
-                 fetch_timeout_s: float = 900.0, control_master: bool = False, remote_dir: str = "",
+                 fetch_timeout_s: float = 900.0, control_master: bool = False, remote_dir: str | None = None,
                  ssh: str = "ssh") -> None:
-        """`remote_dir`: the folder on every box the trial works under (default ~/gpuscout-trial); give the
-        box's data disk where the home folder is small (AutoDL's is, beside /root/autodl-tmp)."""
+        """`identity_file`, `config_file`, `remote_dir` left out are read from GPUSCOUT_SSH_IDENTITY,
+        GPUSCOUT_SSH_CONFIG and GPUSCOUT_SSH_REMOTE_DIR (the command line builds the engine with no
+        arguments). `remote_dir`: the folder on every box the trial works under (default ~/gpuscout-trial);
+        give the box's data disk where the home folder is small (AutoDL's is, beside /root/autodl-tmp)."""
         found = shutil.which(ssh)
         if found is None:
             raise EngineError(f"the ssh engine needs the OpenSSH client ({ssh!r} is not on PATH); install it "
                               "(Debian/Ubuntu: apt-get install openssh-client) or use another engine")
+        identity_file = identity_file or _env_path("GPUSCOUT_SSH_IDENTITY")
+        config_file = config_file or _env_path("GPUSCOUT_SSH_CONFIG")
+        if remote_dir is None:
+            remote_dir = os.environ.get("GPUSCOUT_SSH_REMOTE_DIR", "")
         if identity_file is not None and not identity_file.is_file():
             raise EngineError(f"ssh identity file {identity_file} does not exist; give the private key you log in "
-                              "to the boxes with")
+                              "to the boxes with (GPUSCOUT_SSH_IDENTITY)")
         if config_file is not None and not config_file.is_file():
-            raise EngineError(f"ssh config file {config_file} does not exist; give an existing file or none")
+            raise EngineError(f"ssh config file {config_file} does not exist; give an existing file "
+                              "(GPUSCOUT_SSH_CONFIG) or none")
         self._ssh = found
         self._identity = identity_file
         self._config = config_file
@@ -112,8 +120,8 @@ class SshEngine:
         self.fetch_timeout_s = fetch_timeout_s
         self._control_master = control_master
         if remote_dir and (not remote_dir.startswith("/") or any(c.isspace() for c in remote_dir)):
-            raise EngineError(f"remote folder {remote_dir!r}: give an absolute path without spaces, e.g. "
-                              "/root/autodl-tmp/gpuscout-trial")
+            raise EngineError(f"remote folder {remote_dir!r}: give an absolute path without spaces "
+                              "(GPUSCOUT_SSH_REMOTE_DIR), e.g. /root/autodl-tmp/gpuscout-trial")
         self._remote_dir = remote_dir.rstrip("/") or ""
         # short path on purpose: a control socket's path must fit in a sockaddr_un (about 100 bytes)
         self._state = Path(tempfile.mkdtemp(prefix="gs-ssh-"))
@@ -164,7 +172,7 @@ class SshEngine:
             home = facts.get("home", "").strip()
             if not home.startswith("/"):
                 raise EngineError(f"{target}: the account has no home folder ($HOME is {home!r}); give the "
-                                  "folder the trial works under with the ssh remote folder option")
+                                  "folder the trial works under in GPUSCOUT_SSH_REMOTE_DIR")
             base = f"{home}/gpuscout-trial"
         stamp = box.launched_at.strftime("%Y%m%dT%H%M%SZ")
         box.workdir = f"{base}/{_safe_name(box.request.candidate)}-{stamp}"
@@ -400,6 +408,11 @@ class SshEngine:
         box.handle["teardown_done"] = "1" if outcome.done else "0"
         box.handle["teardown_command"] = outcome.command
         return outcome
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name, "").strip()
+    return Path(value).expanduser() if value else None
 
 
 def _first_line(text: str) -> str:
