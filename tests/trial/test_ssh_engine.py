@@ -359,3 +359,28 @@ def test_the_engine_built_without_arguments_reads_its_options_from_the_environme
     monkeypatch.setenv("GPUSCOUT_SSH_IDENTITY", str(tmp_path / "no-key"))
     with pytest.raises(EngineError, match="GPUSCOUT_SSH_IDENTITY"):
         SshEngine()
+
+
+def test_a_box_gone_unreachable_mid_run_is_named_with_its_command_and_no_worker_outwaits_it(
+        boxes: Boxes, tmp_path: Path, sessions: list[int]) -> None:
+    """The box stops taking connections while the script runs (its sshd stopped; the session already open
+    lives on, as a cut network would leave it): tear-down cannot kill the run, says so with the command,
+    and the thread waiting on the run returns at once instead of at the run's deadline."""
+    eng = engine(boxes, tmp_path / "remote", connect_timeout_s=3, command_timeout_s=10, kill_grace_s=1)
+    with sshd(tmp_path / "lonely", boxes.key) as server:
+        box = ready_box(eng, server)
+        outcomes: list[RunOutcome] = []
+        runner = threading.Thread(target=lambda: outcomes.append(eng.run(box, script(tmp_path, "sleep 600\n"), 600)))
+        runner.start()
+        sessions.append(started_pid(box.workdir))
+        while box.handle.get("state") != "running":
+            time.sleep(0.05)
+        server.process.terminate()  # the listener goes; the open sessions stay
+        server.process.wait(timeout=60)
+        down = eng.tear_down(box)
+        runner.join(timeout=120)  # the run's own deadline is 600 s away
+    assert not runner.is_alive(), "the run kept waiting on a box that was given up"
+    assert outcomes and outcomes[0].returncode is None
+    assert not down.done
+    assert down.command == f"ssh -p {server.port} {server.user}@127.0.0.1 'kill -TERM -- -{sessions[0]}'"
+    assert session_processes(sessions[0]), "the run should still be there: the command above is what stops it"

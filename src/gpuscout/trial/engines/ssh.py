@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -127,6 +128,8 @@ class SshEngine:
         self._state = Path(tempfile.mkdtemp(prefix="gs-ssh-"))
         self._known_hosts = self._state / "known_hosts"
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._state, True)
+        self._lock = threading.Lock()  # the driver runs every candidate in a thread of its own
+        self._waits: dict[int, subprocess.Popen[bytes]] = {}
 
     # --- the Engine interface ---------------------------------------------------------------------------
 
@@ -216,9 +219,8 @@ class SshEngine:
             if box.handle.get("state") in _LIVE:
                 self._kill(box, target)
             raise
-        if timed_out:
-            self._kill(box, target)
-        box.handle["state"] = "finished"
+        if box.handle.get("state") in _LIVE and (not timed_out or self._kill(box, target)):
+            box.handle["state"] = "finished"  # (a kill that failed leaves it live: tear-down tries again)
         return RunOutcome(returncode=returncode, log_tail=self._log_tail(box, target), timed_out=timed_out)
 
     def fetch(self, box: Box, local_dir: Path) -> Sequence[Path]:
@@ -257,11 +259,14 @@ class SshEngine:
             return self._torn(box, TearDown(done=True, message=f"nothing started ({error})"))
         command = ""
         left = ""
-        if box.handle.get("state") in _LIVE and not self._kill(box, target):
+        live = box.handle.get("state") in _LIVE
+        if live and not self._kill(box, target):
+            box.handle["state"] = "abandoned"  # named below with its command; no worker waits on it
             pid = box.handle.get("pid", "")
             group = pid or f"$(cat {shlex.quote(box.workdir)}/run.pid)"
             command = f"{target.ssh_command()} 'kill -TERM -- -{group}'"
             left = f"the trial's processes (process group {pid or 'named in run.pid'}) may still run there; "
+        self._end_wait(box)
         self._close_master(target)
         billing = (f"{target}: a box you rented yourself; the trial stopped nothing there and it keeps billing "
                    "until you stop it at your provider")
@@ -317,19 +322,42 @@ class SshEngine:
         return options
 
     def _call(self, target: SshTarget, command: str, *, timeout_s: float, stdin: IO[bytes] | None = None,
-              stdout: IO[bytes] | None = None) -> _Result:
+              stdout: IO[bytes] | None = None, waiting_for: Box | None = None) -> _Result:
         """Run `command` with bash on the box; bounded by `timeout_s` of wall clock (then ssh is killed and
         the result says so with exit code 255). ssh runs in a session of its own so the terminal's Ctrl-C
-        reaches gpuscout alone, which then cleans up over a connection of its own."""
+        reaches gpuscout alone, which then cleans up over a connection of its own. A call `waiting_for` a
+        box's run is ended by that box's tear-down (from another thread), so a worker never outwaits it."""
         argv = [self._ssh, *self._options(target), "--", target.destination, f"bash -c {shlex.quote(command)}"]
-        try:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL if stdin is None else stdin,
-                                  stdout=subprocess.PIPE if stdout is None else stdout,
-                                  stderr=subprocess.PIPE, timeout=max(timeout_s, 1.0), start_new_session=True)
-        except subprocess.TimeoutExpired:
-            return _Result(255, "", f"no answer within {max(timeout_s, 1.0):.0f} s (ssh stopped)")
-        out = done.stdout.decode(errors="replace") if isinstance(done.stdout, bytes) else ""
-        return _Result(done.returncode, out, done.stderr.decode(errors="replace"))
+        bound = max(timeout_s, 1.0)
+        with subprocess.Popen(argv, stdin=subprocess.DEVNULL if stdin is None else stdin,
+                              stdout=subprocess.PIPE if stdout is None else stdout, stderr=subprocess.PIPE,
+                              start_new_session=True) as process:
+            if waiting_for is not None:
+                with self._lock:
+                    self._waits[id(waiting_for)] = process
+                if waiting_for.handle.get("state") not in _LIVE:  # torn down just before: do not wait
+                    process.kill()
+            try:
+                out, err = process.communicate(timeout=bound)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.communicate()
+                return _Result(255, "", f"no answer within {bound:.0f} s (ssh stopped)")
+            except BaseException:
+                process.kill()
+                raise
+            finally:
+                if waiting_for is not None:
+                    with self._lock:
+                        self._waits.pop(id(waiting_for), None)
+        text = out.decode(errors="replace") if isinstance(out, bytes) else ""
+        return _Result(process.returncode, text, err.decode(errors="replace") if err else "")
+
+    def _end_wait(self, box: Box) -> None:
+        with self._lock:
+            process = self._waits.pop(id(box), None)
+        if process is not None and process.poll() is None:
+            process.kill()
 
     def _raise_if_fatal(self, target: SshTarget, stderr: str) -> None:
         for needle, why in _FATAL:
@@ -351,7 +379,9 @@ class SshEngine:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None, True
-            result = self._call(target, waiting, timeout_s=left)
+            result = self._call(target, waiting, timeout_s=left, waiting_for=box)
+            if box.handle.get("state") not in _LIVE:
+                return None, False  # torn down meanwhile (its tear-down killed the run, or gave up on it)
             if result.returncode == 0:
                 answer = result.stdout.strip()
                 if answer.isdigit():
