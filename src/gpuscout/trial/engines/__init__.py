@@ -1,1 +1,1 @@
-"""The trial engines: thin adapters that get a box and talk to it (`local`, `ssh`, `skypilot`)."""
+"""The trial engines: thin adapters behind `trial.engine.Engine` (local here; ssh and skypilot beside it)."""
