@@ -93,12 +93,18 @@ def start_trial(tmp_path: Path, fleet: Fleet, offers: Path, targets: dict[str, S
 
 
 def finish(child: subprocess.Popen[str], timeout_s: float = TRIAL_S) -> tuple[str, str]:
+    """The trial's stdout and stderr, once it ended."""
     try:
         return child.communicate(timeout=timeout_s)
     finally:
         if child.poll() is None:
             child.kill()
             child.communicate()
+
+
+def flat(screen: str) -> str:
+    """A screen with its 80-column line breaks undone, to find a sentence wherever it was wrapped."""
+    return " ".join(screen.split())
 
 
 def remote_dir(tmp_path: Path, candidate: str, timeout_s: float = TRIAL_S) -> Path:
@@ -168,16 +174,17 @@ def test_three_boxes_run_the_same_script_one_benches_one_is_returned_one_fails_m
     folders = {name: remote_dir(tmp_path, name, 0) for name in targets}
     sessions.extend(keeper_sid(f) for f in folders.values())
     assert killed, f"the bench on box-fail was never seen running\n{out}\n{err}"
+    said, shown = flat(err), flat(out)
 
     # the screens: the predicted bill first, then each box's end and the decision
-    assert "trial of" in out and "engine ssh" in out and "predicted trial bill" in out
-    assert "box-keep: benched" in err and "box-fail: failed (the bench failed)" in err
-    assert "box-return: returned (the doctor said return" in err
+    assert "trial of" in shown and "engine ssh" in shown and "predicted trial bill" in shown
+    assert "box-keep: benched" in said and "box-fail: failed (the bench failed)" in said
+    assert "box-return: returned (the doctor said return" in said
     for name, box in targets.items():  # a hand-rented box: nothing stopped, the billing named
-        assert f"{name}: torn down: {box.target}: a box you rented yourself" in err
-    assert "keeps billing until you stop it at your provider" in err
-    assert "Only box-keep finished its bench" in out
-    assert child.returncode == 4, f"{out}\n{err}"  # no verdict between candidates: only one benched
+        assert f"{name}: torn down: {box.target}: a box you rented yourself" in said
+    assert said.count("keeps billing until you stop it at your provider") == 3
+    assert "Only box-keep finished its bench" in shown
+    assert child.returncode == 0, f"{out}\n{err}"  # the one that benched is named
     assert max(len(line) for line in out.splitlines()) <= 80
 
     # what came back: every finished result, from every box
@@ -209,9 +216,10 @@ def test_ctrl_c_during_the_run_tears_everything_down_and_keeps_what_finished(
     finally:
         out, err = finish(child)
     assert child.returncode == 130, f"{out}\n{err}"
-    assert "stopping on" in err
+    said = flat(err)
+    assert "stopping on" in said
     for name in ("box-a", "box-b"):
-        assert f"{name}: torn down:" in err
+        assert f"{name}: torn down:" in said
         assert (tmp_path / "out" / name / "results" / "doctor.json").is_file()  # finished before: kept
     assert all(session_processes(sid) == [] for sid in sessions), "a remote run outlived the Ctrl-C"
 
@@ -226,9 +234,10 @@ def test_the_money_guard_stops_every_box_when_the_running_bill_reaches_max_usd(
     out, err = finish(child)
     folders = [f for name in ("box-a", "box-b") for f in sorted((tmp_path / "remote").glob(f"{name}-*"))]
     sessions.extend(keeper_sid(f) for f in folders if (f / "run.started").exists())
-    assert "predicted trial bill" in out, f"{out}\n{err}"  # it started: the prediction was under the limit
-    assert "the --max-usd limit of $4.00" in err
+    said = flat(err)
+    assert "predicted trial bill" in flat(out), f"{out}\n{err}"  # it started: the prediction was under the limit
+    assert "the --max-usd limit of $4.00" in said
     for name in ("box-a", "box-b"):
-        assert f"{name}: torn down:" in err
-    assert "benched" not in err
+        assert f"{name}: torn down:" in said
+    assert "benched" not in said
     assert all(session_processes(sid) == [] for sid in sessions), "a remote run outlived the money guard"
