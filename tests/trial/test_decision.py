@@ -165,3 +165,28 @@ def test_a_stored_trial_that_compared_nothing_is_refused_by_report_with_the_reas
     with pytest.raises(SpecError, match="compared nothing") as caught:
         to_document(payload, "run 8")
     assert "bench.json" in caught.value.fix
+
+
+def test_the_decision_screen_fits_80_columns_and_ends_with_what_still_bills(tmp_path: Path) -> None:
+    from gpuscout.report.trial_run import decision_screen
+    from gpuscout.trial.plan import TrialPlan, TrialReport
+    from gpuscout.trial.script import ScriptSettings
+    from report.screens import render
+
+    slow = offer("lambda-h100-sxm-1x-us-east-1-long-id", 2.0)
+    fast = offer("fast", 2.0)
+    runs = (candidate_run(tmp_path, slow, "benched", bench_result("slow")),
+            candidate_run(tmp_path, fast, "benched", bench_result("fast", tps=[2 * t for t in BASE_TPS])))
+    runs[1].teardown = TearDown(done=False, message="sky down failed", command="sky down fast")
+    trial = trial_of(*runs)
+    the_sheet = sheet(slow, fast)
+    decision = decide_trial(trial, the_sheet, (), today=TODAY)
+    plan = TrialPlan(job="job.toml", sheet_path=Path("sheet.toml"), sheet=the_sheet, rates=(), engine="skypilot",
+                     candidates=tuple(r.candidate for r in runs), settings=ScriptSettings(version="0.1.0"),
+                     budget_s=1800, max_usd=5.0, out_dir=tmp_path / "out")
+    text = render(decision_screen(TrialReport(plan=plan, run=trial, decision=decision, stored_as=9)), 80)
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert "Rent fast for the whole job." in text
+    assert "recorded in the results store as run 9" in text
+    last = " ".join(text.split("recorded in the results store")[1].split())
+    assert "STILL BILLING: fast: sky down failed. Stop it with: sky down fast" in last

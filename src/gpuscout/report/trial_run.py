@@ -53,6 +53,7 @@ def plan_screen(plan: TrialPlan) -> RenderableType:
         lines.append(Text("local: nothing is rented; the bills are what the same trial would cost on these "
                           "offers.", style="dim"))
     lines += [Text(f"deviation: {d}", style="yellow") for d in plan.deviations]
+    lines += [Text(f"note: {n}", style="yellow") for n in plan.notes]
     return Group(*lines)
 
 
