@@ -236,8 +236,8 @@ def test_the_money_guard_stops_every_box_when_the_running_bill_reaches_max_usd(
     sessions.extend(keeper_sid(f) for f in folders if (f / "run.started").exists())
     said = flat(err)
     assert "predicted trial bill" in flat(out), f"{out}\n{err}"  # it started: the prediction was under the limit
-    assert "the --max-usd limit of $4.00" in said
+    assert "the --max-usd limit of $4.00" in said, err
     for name in ("box-a", "box-b"):
-        assert f"{name}: torn down:" in said
-    assert "benched" not in said
+        assert f"{name}: torn down:" in said, err
+    assert "benched" not in said, err
     assert all(session_processes(sid) == [] for sid in sessions), "a remote run outlived the money guard"

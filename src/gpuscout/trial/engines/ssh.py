@@ -404,14 +404,20 @@ class SshEngine:
             return True
         work = shlex.quote(box.workdir)
         tenths = max(1, round(self.kill_grace_s * 10))
-        kill = (f"cd {work} || exit 0; i=0; "
+        # "alive": a member of the group that is not a zombie (a killed process stays in its group until
+        # reaped, which a busy box or a container's init can take its time over); `ps` where it exists
+        kill = (f"cd {work} || exit 0; "
+                "alive() { if ps -e -o pgid=,stat= >/dev/null 2>&1; then "
+                "ps -e -o pgid=,stat= | awk -v g=\"$1\" '$1 == g && $2 !~ /^Z/ {f = 1} END {exit !f}'; "
+                "else kill -0 -- -\"$1\" 2>/dev/null; fi; }; i=0; "
                 "while [ ! -e run.started ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; "
                 "pid=$(cat run.pid 2>/dev/null); "
                 "case $pid in ''|*[!0-9]*) echo gone; exit 0;; esac; "
                 "kill -TERM -- -$pid 2>/dev/null; i=0; "
-                f"while kill -0 -- -$pid 2>/dev/null && [ $i -lt {tenths} ]; do sleep 0.1; i=$((i+1)); done; "
-                "kill -KILL -- -$pid 2>/dev/null; sleep 0.2; "
-                "if kill -0 -- -$pid 2>/dev/null; then echo alive; else rm -f run.pid; echo gone; fi")
+                f"while alive $pid && [ $i -lt {tenths} ]; do sleep 0.1; i=$((i+1)); done; "
+                "kill -KILL -- -$pid 2>/dev/null; i=0; "
+                "while alive $pid && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; "
+                "if alive $pid; then echo alive; else rm -f run.pid; echo gone; fi")
         result = self._call(target, kill, timeout_s=self._small_bound() + self.kill_grace_s + 5)
         if result.returncode == 0 and result.stdout.strip().endswith("gone"):
             box.handle["state"] = "killed"
