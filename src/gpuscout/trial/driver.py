@@ -12,6 +12,7 @@ then tear down, once. A box that could not be torn down is named with the comman
 from __future__ import annotations
 
 import re
+import signal
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from gpuscout.hardware.currency import ExchangeRate
 from gpuscout.hardware.offers import Offer
-from gpuscout.interrupts import TerminationRequest, stop_on_signals
+from gpuscout.interrupts import TerminationRequest, deferred_signals, stop_on_signals
 from gpuscout.trial.engine import Box, Engine, EngineError, LaunchRequest, RunOutcome, TearDown
 from gpuscout.trial.money import elapsed_bill_usd
 from gpuscout.trial.script import EXIT_BENCHED, EXIT_MEANINGS, EXIT_RETURN, RESULTS_DIR, trial_script
@@ -136,7 +137,12 @@ class Driver:
                 self.say(f"the trial failed ({trial.error}); tearing every box down")
             finally:
                 self._stop.set()
-                self._finish_all()
+                while True:  # a stop signal arriving now still lets every box be torn down
+                    try:
+                        self._finish_all()
+                        break
+                    except KeyboardInterrupt as stop:
+                        trial.stopped_by = trial.stopped_by or getattr(stop, "signum", None) or signal.SIGINT
                 if trial.stopped_by is None and stops.signum is not None:
                     trial.stopped_by = stops.signum
         trial.ended_at = datetime.now(UTC)
@@ -257,7 +263,9 @@ class Driver:
 
     def _finish(self, run: CandidateRun) -> None:
         """Fetch what the box wrote, then tear it down: once per box, from whichever path gets here first."""
-        with run.lock:
+        # A stop signal during a tear-down waits for it to end (main thread; workers never take signals):
+        # a box is never left half torn down, and the signal then stops the trial as it would have.
+        with deferred_signals(), run.lock:
             if run.finished or run.box is None:
                 return
             run.finished = True
