@@ -248,16 +248,28 @@ class SkyPilotEngine:
             raise EngineError("\n".join(problems))
 
     def _parse(self, request: LaunchRequest, config: Mapping[str, Any]) -> Any:
+        """The task as SkyPilot reads it, checked as SkyPilot checks it: `Resources.validate` (the cloud,
+        region and instance type exist in its catalog), then the catalog's offering of that instance type,
+        spot or not, in that region (what its optimizer would otherwise find only at launch)."""
+        where = config["resources"]
+        kind = f"{'spot ' if where['use_spot'] else ''}{where['instance_type']} in {where['infra']}"
+        sky = self.sky  # outside the try: SkyPilot missing is its own error
         try:
-            return self.sky.Task.from_yaml_config(dict(config))
-        except EngineError:
-            raise
+            task = sky.Task.from_yaml_config(dict(config))
+            for resources in task.resources:
+                resources.validate()
+                if _offered_regions(resources) == []:
+                    raise EngineError(f"SkyPilot's catalog offers no {kind}")
+        except EngineError as exc:
+            said = str(exc)
         except Exception as exc:  # SkyPilot's own check of the pin: an unknown instance type or region
-            where = config["resources"]
-            raise EngineError(
-                f"Offer {request.offer_id} cannot be pinned on SkyPilot: it refused instance type "
-                f"{where['instance_type']} in {where['infra']}: {_said(exc)}. Take the candidate from SkyPilot's "
-                "catalog (its vms.csv rows carry the exact instance type and region), or use --engine ssh.") from None
+            said = _said(exc)
+        else:
+            return task
+        raise EngineError(
+            f"Offer {request.offer_id} cannot be pinned on SkyPilot: it refused {kind}: {said}. Take the "
+            "candidate from SkyPilot's catalog (its vms.csv rows carry the exact instance type and region), "
+            "or use --engine ssh.") from None
 
     # -- the engine ---------------------------------------------------------------------------------
 
@@ -415,7 +427,7 @@ class SkyPilotEngine:
         """SkyPilot's cost report for this cluster (its own estimate from the catalog price and the time up)."""
         if "launch_request" not in box.handle:
             return None
-        days = max(1, math.ceil((datetime.now(UTC) - box.launched_at).total_seconds() / 86400) + 1)
+        days = max(1, math.ceil((datetime.now(UTC) - box.launched_at).total_seconds() / 86400))
         records = self._call(lambda: self.sky.get(self.sky.cost_report(days=days)), self.call_timeout_s,
                              "SkyPilot's cost report")
         return cost_of(records, box.handle["cluster"], box.launched_at)
@@ -483,6 +495,16 @@ def cost_of(records: Any, cluster: str, launched_at: datetime) -> float | None:
         if when >= since and (best is None or when > best[0]):
             best = (when, float(cost))
     return None if best is None else best[1]
+
+
+def _offered_regions(resources: Any) -> list[Any] | None:
+    """The regions SkyPilot's catalog offers these resources in; None where this SkyPilot cannot say."""
+    try:
+        return list(resources.cloud.regions_with_offering(
+            resources.instance_type, resources.accelerators, resources.use_spot, resources.region, resources.zone,
+            resources=resources))
+    except (AttributeError, TypeError):  # an older or newer SkyPilot without this call: its launch will say
+        return None
 
 
 def _is_gone(sky: Any, exc: BaseException) -> bool:
