@@ -16,7 +16,11 @@ remote `timeout` bounds it even when this machine goes away. Results are fetched
 
 Offers from a SkyPilot catalog (`vms.csv`) carry SkyPilot's own instance type and region, so they pin
 exactly. Any other offer is refused before anything is launched, naming what is missing: a cloud
-SkyPilot knows, a region, or an instance type SkyPilot's catalog has (SkyPilot checks the last itself).
+SkyPilot knows, a region, or an instance type SkyPilot's catalog has (SkyPilot checks the last itself;
+docs/trial_skypilot.md §2).
+
+What a user with SkyPilot credentials runs first, and what only a real cloud can show: docs/trial_skypilot.md
+§1 and §6.
 
 `sky` is imported only when the engine first needs it (the CLI's start-up time and the import tests care),
 and can be handed in: the tests drive the whole lifecycle through a fake module at this boundary.
@@ -62,8 +66,9 @@ REMOTE_DIR = "gpuscout-trial"  # relative to the remote home: where the script r
 RESULTS_DIR = "results"  # what the script writes under its working directory (trial/script.py)
 TASK_FILE = "sky-task.yaml"
 # Idle minutes before SkyPilot downs a cluster on its own: the safety net when gpuscout cannot tear it
-# down. Long enough to cover the gap between "up" and the script's start, and between its end and
-# the fetch (both seconds); short enough that a leaked cluster bills minutes, not a night.
+# down (docs/trial_skypilot.md §4). Long enough to cover the gap between "up" and the script's start,
+# and between its end and the fetch (both seconds); short enough that a leaked cluster bills minutes,
+# not a night.
 IDLE_MINUTES = 10
 # The remote `timeout` sends SIGTERM at the run's deadline (the bench writes what finished), then SIGKILL.
 KILL_AFTER_S = 30
