@@ -44,11 +44,13 @@ from gpuscout.api.results import (
     show_result,
     store_path,
 )
+from gpuscout.api.trial import plan_trial, run_trial
 
 __all__ = [
     "BenchReport", "CalibrateReport", "CompareReport", "CostReport", "DoctorReport", "EstimateReport", "InputError",
     "Job", "JobRef", "LoadReport", "ModelPresets", "ModelReport", "PickReport", "ReportInputs", "ResultsList",
-    "StoredRunReport", "bench", "calibrate", "compare", "cost", "describe_model", "doctor", "estimate",
-    "examples_dir", "export_result", "gpus", "list_results", "load", "load_job", "model_presets", "pick", "probe",
-    "record_run", "report_inputs", "show_result", "store_path", "where_rented",
+    "StoredRunReport", "bench", "calibrate", "compare", "cost", "describe_model",
+    "doctor", "estimate", "examples_dir", "export_result", "gpus", "list_results", "load", "load_job",
+    "model_presets", "pick", "plan_trial", "probe", "record_run", "report_inputs", "run_trial", "show_result",
+    "store_path", "where_rented",
 ]

@@ -22,6 +22,7 @@ from gpuscout.cli.options import BillingOption, JsonFlag, RegionOption, RunsOpti
 from gpuscout.cli.output import console, emit, worded
 from gpuscout.cli.report import report
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record, results_app
+from gpuscout.cli.trial import trial
 from gpuscout.errors import GpuscoutError
 from gpuscout.report.escape import printable, screen_console
 
@@ -404,6 +405,7 @@ def probe(
 
 
 app.command()(report)  # cli/report.py
+app.command()(trial)  # cli/trial.py
 app.add_typer(results_app)  # cli/results.py
 
 

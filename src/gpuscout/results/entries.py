@@ -77,6 +77,10 @@ def _machine(result_kind: str, fingerprint: Mapping[str, Any], job: Mapping[str,
 
 
 def _result_summary(payload: Mapping[str, Any]) -> str:
+    trial = _mapping(payload.get("trial"))
+    if payload.get("kind") == "trial":  # the decision: what to rent, or why nothing was named
+        rent = _text(trial.get("rent"), 60)
+        return f"{_text(trial.get('outcome'), 20)}" + (f": rent {rent}" if rent else "")
     cases = [c for c in _items(payload.get("cases")) if isinstance(c, Mapping)]
     failed = sum(1 for c in cases if c.get("failure"))
     parts = [f"{len(cases)} case{'s' if len(cases) != 1 else ''}"]
