@@ -22,8 +22,9 @@ docs/trial_skypilot.md §2).
 What a user with SkyPilot credentials runs first, and what only a real cloud can show: docs/trial_skypilot.md
 §1 and §6.
 
-`sky` is imported only when the engine first needs it (the CLI's start-up time and the import tests care),
-and can be handed in: the tests drive the whole lifecycle through a fake module at this boundary.
+`sky` is imported when the engine is built, never when gpuscout is imported (the CLI's start-up time and
+the import tests care), and can be handed in: the tests drive the whole lifecycle through a fake module
+at this boundary.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import json
 import math
 import re
 import shlex
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -206,15 +208,19 @@ def load_sky() -> Any:
 
 
 class SkyPilotEngine:
-    """Candidates as SkyPilot clusters, one per offer; task files and logs under `root/<candidate>/`."""
+    """Candidates as SkyPilot clusters, one per offer; task files and logs under `root/<candidate>/` (a
+    folder of its own when no root is given; `run` copies the task file beside the candidate's script).
+
+    Built without `sky`, it imports SkyPilot at once, so a missing extra is said before anything is planned
+    to launch; the tests hand in a fake module instead."""
 
     name: EngineName = "skypilot"
 
-    def __init__(self, root: Path, *, sky: Any = None, ssh: Sequence[str] = ("ssh",),
+    def __init__(self, root: Path | None = None, *, sky: Any = None, ssh: Sequence[str] = ("ssh",),
                  idle_minutes: int = IDLE_MINUTES, stop_grace_s: float = STOP_GRACE_S,
                  call_timeout_s: float = CALL_TIMEOUT_S, token: str | None = None) -> None:
-        self.root = root
-        self._sky = sky
+        self.root = root if root is not None else Path(tempfile.mkdtemp(prefix="gpuscout-skypilot-"))
+        self._sky = sky if sky is not None else load_sky()
         self.ssh = tuple(ssh)
         self.idle_minutes = idle_minutes
         self.stop_grace_s = stop_grace_s
@@ -228,8 +234,6 @@ class SkyPilotEngine:
 
     @property
     def sky(self) -> Any:
-        if self._sky is None:
-            self._sky = load_sky()
         return self._sky
 
     def preflight(self, requests: Sequence[LaunchRequest]) -> None:
@@ -243,7 +247,6 @@ class SkyPilotEngine:
             except EngineError as exc:
                 problems.append(f"{request.candidate}: {exc}")
         if not problems:
-            self.sky  # noqa: B018  (SkyPilot missing is one error, not one per candidate)
             for request, config in configs:
                 try:
                     self._parse(request, config)
@@ -258,9 +261,8 @@ class SkyPilotEngine:
         spot or not, in that region (what its optimizer would otherwise find only at launch)."""
         where = config["resources"]
         kind = f"{'spot ' if where['use_spot'] else ''}{where['instance_type']} in {where['infra']}"
-        sky = self.sky  # outside the try: SkyPilot missing is its own error
         try:
-            task = sky.Task.from_yaml_config(dict(config))
+            task = self.sky.Task.from_yaml_config(dict(config))
             for resources in task.resources:
                 resources.validate()
                 if _offered_regions(resources) == []:
@@ -339,6 +341,10 @@ class SkyPilotEngine:
                    f"exec timeout --kill-after={KILL_AFTER_S} {deadline} bash trial.sh")
         log_path = self.root / box.request.candidate / "trial.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        task_file = Path(box.handle["task_file"])
+        if task_file.parent != script.parent:  # the record of what was launched, beside the candidate's script
+            with contextlib.suppress(OSError):
+                shutil.copyfile(task_file, script.parent / TASK_FILE)
         with self._lock:
             self._running.add(cluster)
         started = time.monotonic()
