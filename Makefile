@@ -40,7 +40,14 @@ CHROMIUM := /usr/bin/chromium
 $(CHROMIUM):
 	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium
 
-test: $(VENV)/.test | $(CHROMIUM)
+# The ssh trial engine's tests start Debian's OpenSSH server as the test user on 127.0.0.1, with keys made per
+# run (tests/trial/sshd.py); the package's own service is never used.
+SSHD := /usr/sbin/sshd
+
+$(SSHD):
+	apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q openssh-server openssh-client
+
+test: $(VENV)/.test | $(CHROMIUM) $(SSHD)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/pytest -q
