@@ -218,8 +218,13 @@ class SkyPilotEngine:
 
     def __init__(self, root: Path | None = None, *, sky: Any = None, ssh: Sequence[str] = ("ssh",),
                  idle_minutes: int = IDLE_MINUTES, stop_grace_s: float = STOP_GRACE_S,
-                 call_timeout_s: float = CALL_TIMEOUT_S, token: str | None = None) -> None:
+                 call_timeout_s: float = CALL_TIMEOUT_S, token: str | None = None,
+                 remote_dir: str = REMOTE_DIR) -> None:
+        if not remote_dir.strip() or "\n" in remote_dir:
+            raise EngineError(f"The remote folder {remote_dir!r} is not a folder name; give a path such as "
+                              f"{REMOTE_DIR!r} (relative to the cluster's home) or an absolute one.")
         self.root = root if root is not None else Path(tempfile.mkdtemp(prefix="gpuscout-skypilot-"))
+        self.remote_dir = remote_dir
         self._sky = sky if sky is not None else load_sky()
         self.ssh = tuple(ssh)
         self.idle_minutes = idle_minutes
@@ -297,7 +302,7 @@ class SkyPilotEngine:
             raise EngineError(f"Could not write the SkyPilot task file {path}: {exc}. Free the disk or "
                               "choose another -o folder.") from None
         task = self._parse(request, config)
-        box = Box(request=request, engine="skypilot", launched_at=datetime.now(UTC), workdir=REMOTE_DIR,
+        box = Box(request=request, engine="skypilot", launched_at=datetime.now(UTC), workdir=self.remote_dir,
                   handle={"cluster": cluster, "task_file": str(path)})
         try:
             box.handle["launch_request"] = str(self.sky.launch(task, cluster_name=cluster, down=True,
@@ -329,7 +334,8 @@ class SkyPilotEngine:
         if "down" in box.handle:
             raise EngineError(f"Cluster {cluster} was already torn down; nothing was run.")
         deadline = max(math.ceil(timeout_s), 1)
-        upload = f"mkdir -p {REMOTE_DIR} && cat > {REMOTE_DIR}/trial.sh"
+        here = shlex.quote(self.remote_dir)
+        upload = f"mkdir -p {here} && cat > {here}/trial.sh"
         with script.open("rb") as source:
             sent = self._ssh(cluster, upload, stdin=source, timeout_s=self.call_timeout_s)
         if sent.returncode != 0:
@@ -337,7 +343,7 @@ class SkyPilotEngine:
                               f"{_text(sent.stderr)}). {_ssh_fix(cluster)}")
         # `exec` keeps the shell's pid for `timeout`, which makes itself a process group leader: the pid
         # file names the group that a stop (or the deadline) signals, children included.
-        command = (f"cd {REMOTE_DIR} && echo $$ > trial.pid && "
+        command = (f"cd {here} && echo $$ > trial.pid && "
                    f"exec timeout --kill-after={KILL_AFTER_S} {deadline} bash trial.sh")
         log_path = self.root / box.request.candidate / "trial.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -381,14 +387,14 @@ class SkyPilotEngine:
         if "launch_request" not in box.handle or "down" in box.handle:
             return []  # nothing launched, or its disk is gone with the cluster
         self._stop_script(cluster)
-        command = (f"cd {REMOTE_DIR} 2>/dev/null || exit 0; "
+        command = (f"cd {shlex.quote(self.remote_dir)} 2>/dev/null || exit 0; "
                    f"if [ -d {RESULTS_DIR} ]; then tar -C {RESULTS_DIR} -cf - .; fi")
         with tempfile.TemporaryFile() as stream:
             done = self._ssh(cluster, command, stdout=stream, timeout_s=self.call_timeout_s)
             if done.returncode != 0:
                 raise EngineError(f"Could not fetch the results of {cluster} (ssh exit {done.returncode}: "
                                   f"{_text(done.stderr)}). {_ssh_fix(cluster)} Before it is downed, copy them with: "
-                                  f"scp -r {cluster}:{REMOTE_DIR}/{RESULTS_DIR} .")
+                                  f"scp -r {cluster}:{self.remote_dir}/{RESULTS_DIR} .")
             if stream.tell() == 0:
                 return []
             stream.seek(0)
@@ -451,7 +457,8 @@ class SkyPilotEngine:
             if cluster not in self._running:
                 return
         tries = max(int(self.stop_grace_s / 0.5), 1)
-        command = (f"cd {REMOTE_DIR} 2>/dev/null && [ -f trial.pid ] || exit 0; pid=$(cat trial.pid); "
+        command = (f"cd {shlex.quote(self.remote_dir)} 2>/dev/null && [ -f trial.pid ] || exit 0; "
+                   "pid=$(cat trial.pid); "
                    f"kill -TERM -- -$pid 2>/dev/null || exit 0; "
                    f"for i in $(seq {tries}); do kill -0 -- -$pid 2>/dev/null || exit 0; sleep 0.5; done; "
                    f"kill -KILL -- -$pid 2>/dev/null; exit 0")
