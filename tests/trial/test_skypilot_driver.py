@@ -46,7 +46,7 @@ def cluster(offer: Offer) -> str:
 
 def trial_of(tmp_path: Path, sky: FakeSky, offers: Sequence[Offer], body: str = BODY) -> tuple[TrialRun, list[str]]:
     engine = SkyPilotEngine(tmp_path / "sky", sky=sky, ssh=(sys.executable, str(FAKE_SSH)), token=TOKEN,
-                            stop_grace_s=10)
+                            sky_cli=(sys.executable, str(FAKE_SSH.with_name("fake_sky_cli.py"))), stop_grace_s=10)
     cands = [Candidate(name=safe_name(o.id), offer=o, predicted_usd=0.5) for o in offers]
     events: list[str] = []
     settings = DriverSettings(out_dir=tmp_path / "out", budget_s=300, max_usd=None, parallel=True)
@@ -124,7 +124,7 @@ HARNESS = textwrap.dedent("""
             'echo done > results/finished.txt; sleep 300 & wait\\n')
     sky = FakeSky()
     engine = SkyPilotEngine(tmp / "sky", sky=sky, ssh=(sys.executable, str(fake_ssh)), token="c7c7c7",
-                            stop_grace_s=10)
+                            sky_cli=(sys.executable, str(fake_ssh.with_name("fake_sky_cli.py"))), stop_grace_s=10)
     cands = [Candidate(name=safe_name(i), offer=offers[i], predicted_usd=0.5)
              for i in ("aws-g6e.xlarge-us-east-1a", "aws-g5.xlarge-us-east-1d")]
     settings = DriverSettings(out_dir=tmp / "out", budget_s=600, max_usd=None, parallel=True)

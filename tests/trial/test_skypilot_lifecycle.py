@@ -19,6 +19,7 @@ from gpuscout.trial.engines.skypilot import SkyPilotEngine, cost_of
 from trial.fake_sky import FakeSky, ResourcesUnavailableError
 
 FAKE_SSH = Path(__file__).with_name("fake_ssh.py")
+FAKE_SKY_CLI = Path(__file__).with_name("fake_sky_cli.py")
 
 
 def request(candidate: str, instance: str = "p4d.24xlarge", region: str = "us-east-1") -> LaunchRequest:
@@ -37,6 +38,7 @@ def remote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def engine(tmp_path: Path, sky: FakeSky, **kwargs: float) -> SkyPilotEngine:
     return SkyPilotEngine(tmp_path / "out", sky=sky, ssh=(sys.executable, str(FAKE_SSH)), token="t0k3n1",
+                          sky_cli=(sys.executable, str(FAKE_SKY_CLI)),
                           stop_grace_s=kwargs.pop("stop_grace_s", 10.0), **kwargs)  # type: ignore[arg-type]
 
 
@@ -63,6 +65,8 @@ def test_a_candidate_is_launched_pinned_run_fetched_and_downed(tmp_path: Path, r
 
     eng.wait_ready(box, 30)
     assert box.ready_at is not None and sky.clusters == {cluster: "UP"}
+    # SkyPilot's SDK writes no ssh host entry; its `sky status` does, before anything is run over ssh
+    assert (remote / "sky-cli.log").read_text() == f"status {cluster}\n"
     outcome = eng.run(box, script(tmp_path, BENCHED), 60)
     assert outcome.returncode == 0 and not outcome.timed_out and "done" in outcome.log_tail
     files = eng.fetch(box, tmp_path / "fetched")
@@ -149,6 +153,17 @@ def test_a_down_that_fails_names_the_command_and_can_be_retried(tmp_path: Path, 
     assert cluster in sky.clusters and box.torn_down_at is None  # still billing, and said so
     retried = eng.tear_down(box)
     assert retried.done and sky.clusters == {} and box.torn_down_at is not None
+
+
+def test_a_cluster_that_cannot_be_made_reachable_is_a_failed_launch(tmp_path: Path, remote: Path) -> None:
+    sky = FakeSky()
+    eng = engine(tmp_path, sky)
+    box = eng.launch(request("a"))
+    cluster = box.handle["cluster"]
+    (remote / f"{cluster}.no-status").touch()
+    with pytest.raises(EngineError, match=rf"Cluster {cluster} is up, but .*status {cluster}.* exited 1"):
+        eng.wait_ready(box, 30)
+    assert box.ready_at is None and eng.tear_down(box).done and sky.clusters == {}
 
 
 def test_a_cluster_already_gone_counts_as_down(tmp_path: Path, remote: Path) -> None:

@@ -43,7 +43,7 @@ def engine(tmp_path: Path, config: Path) -> tuple[SkyPilotEngine, FakeSky, Path]
     sky = FakeSky()
     remote = tmp_path / "remote dir"  # a space: the remote commands quote it
     eng = SkyPilotEngine(tmp_path / "out", sky=sky, ssh=("ssh", "-F", str(config)), token="e2e0ss",
-                         stop_grace_s=10, remote_dir=str(remote))
+                         stop_grace_s=10, remote_dir=str(remote), sky_cli=("true",))  # the config is written
     return eng, sky, remote
 
 

@@ -38,6 +38,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tarfile
 import tempfile
 import threading
@@ -219,12 +220,13 @@ class SkyPilotEngine:
     def __init__(self, root: Path | None = None, *, sky: Any = None, ssh: Sequence[str] = ("ssh",),
                  idle_minutes: int = IDLE_MINUTES, stop_grace_s: float = STOP_GRACE_S,
                  call_timeout_s: float = CALL_TIMEOUT_S, token: str | None = None,
-                 remote_dir: str = REMOTE_DIR) -> None:
+                 remote_dir: str = REMOTE_DIR, sky_cli: Sequence[str] | None = None) -> None:
         if not remote_dir.strip() or "\n" in remote_dir:
             raise EngineError(f"The remote folder {remote_dir!r} is not a folder name; give a path such as "
                               f"{REMOTE_DIR!r} (relative to the cluster's home) or an absolute one.")
         self.root = root if root is not None else Path(tempfile.mkdtemp(prefix="gpuscout-skypilot-"))
         self.remote_dir = remote_dir
+        self.sky_cli = tuple(sky_cli) if sky_cli is not None else (_sky_command(),)
         self._sky = sky if sky is not None else load_sky()
         self.ssh = tuple(ssh)
         self.idle_minutes = idle_minutes
@@ -325,8 +327,9 @@ class SkyPilotEngine:
             raise EngineError(
                 f"SkyPilot could not launch {cluster} ({box.request.instance_type} in {box.request.region}): "
                 f"{_said(exc)}. The cluster is downed with the others; try another offer, region or time.") from None
-        box.ready_at = datetime.now(UTC)
         box.handle["ready"] = "yes"
+        self._make_reachable(cluster)
+        box.ready_at = datetime.now(UTC)
 
     def run(self, box: Box, script: Path, timeout_s: float) -> RunOutcome:
         """Copy the script to the cluster and run it there under `timeout` (its own process group)."""
@@ -451,6 +454,21 @@ class SkyPilotEngine:
 
     # -- helpers ------------------------------------------------------------------------------------
 
+    def _make_reachable(self, cluster: str) -> None:
+        """Write the cluster's ssh host entry. SkyPilot's SDK does not: its CLI does, and `sky status`
+        is the documented way ("Running `sky status` will update the ssh config for the clusters locally,
+        so that you can directly ssh into the clusters": `sky status --help`, skypilot 0.14.1)."""
+        argv = [*self.sky_cli, "status", cluster]
+        try:
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=self.call_timeout_s,
+                                  check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise EngineError(f"Cluster {cluster} is up, but `{shlex.join(argv)}` (which writes its ssh host entry) "
+                              f"failed: {exc}. Check that SkyPilot's `sky` command is on PATH.") from None
+        if done.returncode != 0:
+            raise EngineError(f"Cluster {cluster} is up, but `{shlex.join(argv)}` (which writes its ssh host entry) "
+                              f"exited {done.returncode}: {_text(done.stderr or done.stdout)}.")
+
     def _stop_script(self, cluster: str) -> None:
         """SIGTERM the script's process group, then SIGKILL after the grace period (only while it runs)."""
         with self._lock:
@@ -513,6 +531,12 @@ def cost_of(records: Any, cluster: str, launched_at: datetime) -> float | None:
         if when >= since and (best is None or when > best[0]):
             best = (when, float(cost))
     return None if best is None else best[1]
+
+
+def _sky_command() -> str:
+    """SkyPilot's CLI: on PATH, or beside this interpreter (a venv's bin folder that is not on PATH)."""
+    beside = Path(sys.executable).with_name("sky")
+    return shutil.which("sky") or (str(beside) if beside.exists() else "sky")
 
 
 def _offered_regions(resources: Any) -> list[Any] | None:
