@@ -77,7 +77,8 @@ IDLE_MINUTES = 10
 KILL_AFTER_S = 30
 STOP_GRACE_S = 30.0  # a stopped script's time to write what finished before it is killed
 SSH_GRACE_S = 60.0  # the local wait beyond the remote deadline: connection set-up and the kill-after
-CALL_TIMEOUT_S = 900.0  # one SkyPilot API call (a down, a cost report); a launch is bounded by wait_ready
+CALL_TIMEOUT_S = 900.0  # one SkyPilot API call (a down: it waits for the cloud); a launch is bounded by wait_ready
+COST_TIMEOUT_S = 120.0  # the cost report is set beside gpuscout's bill: not worth holding the trial's end for
 LOG_TAIL_BYTES = 4000
 # Cluster names: SkyPilot's CLUSTER_NAME_VALID_REGEX, and short enough for every cloud's limit
 # (GCP's instance names are the tightest: SkyPilot appends its own suffix to the cluster name).
@@ -348,10 +349,10 @@ class SkyPilotEngine:
         # file names the group that a stop (or the deadline) signals, children included.
         command = (f"cd {here} && echo $$ > trial.pid && "
                    f"exec timeout --kill-after={KILL_AFTER_S} {deadline} bash trial.sh")
-        log_path = self.root / box.request.candidate / "trial.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
+        # The log and the task file that was launched go beside the candidate's script (its -o folder).
+        log_path = script.parent / "trial.log"
         task_file = Path(box.handle["task_file"])
-        if task_file.parent != script.parent:  # the record of what was launched, beside the candidate's script
+        if task_file.parent != script.parent:
             with contextlib.suppress(OSError):
                 shutil.copyfile(task_file, script.parent / TASK_FILE)
         with self._lock:
@@ -448,8 +449,8 @@ class SkyPilotEngine:
         if "launch_request" not in box.handle:
             return None
         days = max(1, math.ceil((datetime.now(UTC) - box.launched_at).total_seconds() / 86400))
-        records = self._call(lambda: self.sky.get(self.sky.cost_report(days=days)), self.call_timeout_s,
-                             "SkyPilot's cost report")
+        records = self._call(lambda: self.sky.get(self.sky.cost_report(days=days)),
+                             min(self.call_timeout_s, COST_TIMEOUT_S), "SkyPilot's cost report")
         return cost_of(records, box.handle["cluster"], box.launched_at)
 
     # -- helpers ------------------------------------------------------------------------------------
