@@ -49,11 +49,15 @@ def test_the_command_line_trial_with_the_skypilot_engine_downs_every_cluster(tmp
     env = {**os.environ, "FAKE_SSH_ROOT": str(remote), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(tmp_path / "py"), str(TESTS)]), "COLUMNS": "80"}
     out = tmp_path / "out"
-    candidates = ["aws-g6e-xlarge-us-east-1", "aws-p4d-24xlarge-us-east-1"]  # the example sheet's exact AWS names
+    # the candidates from SkyPilot's own catalog, as docs/trial_skypilot.md §1 has a user take them
+    vms = tmp_path / "catalogs" / "aws" / "vms.csv"
+    vms.parent.mkdir(parents=True)
+    vms.write_bytes((TESTS / "hardware" / "data" / "skypilot_aws_vms.csv").read_bytes())
+    offer_ids = ["aws-g6e.xlarge-us-east-1a", "aws-g5.xlarge-us-east-1d"]
+    candidates = ["aws-g6e-xlarge-us-east-1a", "aws-g5-xlarge-us-east-1d"]  # their folders
     done = subprocess.run([sys.executable, "-m", "gpuscout", "trial", str(ROOT / "examples" / "tiny-finetune.toml"),
-                           "--offers", str(ROOT / "examples" / "prices.example.toml"), "--candidates",
-                           ",".join(candidates), "--engine", "skypilot", "--install", "current", "--device", "cpu",
-                           "--yes", "-o", str(out), "--no-store"],
+                           "--offers", str(vms), "--candidates", ",".join(offer_ids), "--engine", "skypilot",
+                           "--install", "current", "--device", "cpu", "--yes", "-o", str(out), "--no-store"],
                           env=env, capture_output=True, text=True, timeout=900, check=False)
     screen = done.stdout + done.stderr
     assert done.returncode == 4, screen  # no verdict: the doctor said return on both (a CPU, not the offer's GPU)
@@ -68,3 +72,6 @@ def test_the_command_line_trial_with_the_skypilot_engine_downs_every_cluster(tmp
         assert (folder / "results" / "doctor.json").is_file(), screen  # fetched before the down
         assert "doctor" in (folder / "trial.log").read_text()
     assert screen.count("downed") == 2 and "NOT torn down" not in screen
+    # the boxes read the candidates' offers as TOML (their doctor reads no vms.csv), the same offers
+    doctor = json.loads((out / candidates[0] / "results" / "doctor.json").read_text())
+    assert offer_ids[0] in json.dumps(doctor), "the doctor did not check the candidate's own offer"
