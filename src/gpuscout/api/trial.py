@@ -46,7 +46,7 @@ def plan_trial(job: str | Path, *, offers: str | Path, candidates: Sequence[str]
     from gpuscout.hardware.price_sheet import load_offers
     from gpuscout.host import package_version
     from gpuscout.trial.plan import TrialPlan
-    from gpuscout.trial.script import ScriptSettings
+    from gpuscout.trial.script import ScriptSettings, bundle_job
 
     if engine not in ENGINES:
         raise InputError("Unknown engine {engine!r}.", "A trial runs on rented boxes through one of three engines.",
@@ -71,6 +71,7 @@ def plan_trial(job: str | Path, *, offers: str | Path, candidates: Sequence[str]
                          "Pass the path of your job's TOML (`gpuscout examples` lists the shipped ones).", job=job)
     sheet_path = Path(offers)
     sheet, notes = load_offers(sheet_path)
+    bundle_job(spec, sheet_path)  # a job that cannot travel in the script is refused before any question
     day = today or date.today()
     rates = tuple(rates_for(sheet.exchange_rates, fx, day))
     report = pick(spec, offers=sheet_path, fx=fx, today=day, include_placeholders=True)

@@ -80,6 +80,11 @@ def to_document(data: Any, label: str) -> Document:
         return _pick(data, label)
     if "comparison" in data and "verdict" in data:
         return _compare(data, label)
+    if data.get("kind") == "trial":  # a trial draws as the comparison of its candidates; without one, nothing
+        raise SpecError(f"{label} is a trial that compared nothing: fewer than two candidates finished their bench.",
+                        "report draws a trial as the comparison of its candidates' bench results.",
+                        "Draw the one bench result it kept (under the trial's -o folder, <candidate>/results/"
+                        "bench.json), or rerun the trial.")
     if "cases" in data and "schema_version" in data:
         return _result(data, label)
     raise _foreign(label, "it has none of the keys gpuscout's outputs have (screening, pick, comparison, cases)")

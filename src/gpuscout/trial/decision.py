@@ -108,7 +108,7 @@ def decide_trial(trial: TrialRun, sheet: PriceSheet, rates: Sequence[ExchangeRat
     try:
         comparison = compare_results(results, allow_diff=True)
     except GpuscoutError as exc:
-        return _with(base, "none", None, f"No verdict: the results could not be compared: {exc}",
+        return _with(base, "none", None, f"No verdict: the results could not be compared: {exc.what}",
                      compared=tuple(names))
     costs = _price(results, measured_sheet, offer_ids, rates, today, notes)
     verdict = decide(comparison, [cost_point(c) for c in costs] if len(costs) == len(results) else None)
@@ -141,7 +141,7 @@ def _price(results: Sequence[BenchResult], sheet: PriceSheet, offer_ids: Sequenc
     try:
         return price_results(results, sheet, offer_ids, rates=rates, today=today)
     except GpuscoutError as exc:
-        notes.append(f"the whole job could not be priced: {exc}")
+        notes.append(f"the whole job could not be priced: {exc.what}")
         return []
 
 
@@ -167,7 +167,7 @@ def _read(run: CandidateRun, name: str, notes: list[str]) -> BenchResult | None:
     try:
         return load_result(path)
     except GpuscoutError as exc:
-        notes.append(f"{run.candidate.name}: {path} could not be read: {exc}")
+        notes.append(f"{run.candidate.name}: {path} could not be read: {exc.what}")
         return None
 
 
