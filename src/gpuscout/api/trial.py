@@ -251,7 +251,8 @@ def make_engine(name: str, out_dir: Path) -> Engine:
     from gpuscout.trial.engine import EngineError
 
     try:
-        engine: Engine = factory()
+        # skypilot writes each candidate's task file (the record of what was launched) beside its script
+        engine: Engine = factory(out_dir) if name == "skypilot" else factory()
     except EngineError as exc:
         raise InputError("The {engine} engine could not start: {exc}", "It needs its tools on this machine.",
                          "Install what it names, or use another engine.", engine=name, exc=exc) from None
