@@ -61,6 +61,7 @@ class FakeSky:
         self.launch_gates: dict[str, threading.Event] = {}  # cluster -> set when its launch may finish
         self.submit_errors: dict[str, BaseException] = {}  # cluster -> raised by `launch` itself
         self.down_errors: dict[str, list[BaseException]] = {}  # cluster -> raised by its next downs, in order
+        self.down_gates: dict[str, threading.Event] = {}  # cluster -> set when its down may finish
         self.cost_records: list[dict[str, Any]] = []
         self.cancelled: list[str] = []
         self._requests: dict[str, Callable[[], Any]] = {}
@@ -110,6 +111,9 @@ class FakeSky:
         self.calls.append(("down", cluster_name))
 
         def tear() -> None:
+            gate = self.down_gates.get(cluster_name)
+            if gate is not None:
+                gate.wait()
             errors = self.down_errors.get(cluster_name)
             if errors:
                 raise errors.pop(0)

@@ -166,6 +166,25 @@ def test_a_cluster_that_cannot_be_made_reachable_is_a_failed_launch(tmp_path: Pa
     assert box.ready_at is None and eng.tear_down(box).done and sky.clusters == {}
 
 
+def test_a_down_whose_wait_is_cut_short_is_named_and_still_finishes(tmp_path: Path, remote: Path) -> None:
+    """A down SkyPilot takes longer than the engine waits for: reported as not done, with the command to make
+    sure, while the request it was sent still takes the cluster down."""
+    sky = FakeSky()
+    eng = engine(tmp_path, sky, call_timeout_s=0.5)
+    box = eng.launch(request("a"))
+    eng.wait_ready(box, 30)
+    cluster = box.handle["cluster"]
+    gate = sky.down_gates[cluster] = threading.Event()
+    result = eng.tear_down(box)
+    assert not result.done and result.command == f"sky down {cluster}" and "did not finish" in result.message
+    assert sky.called("down") == [cluster] and cluster in sky.clusters
+    gate.set()  # SkyPilot finishes the request it was sent
+    deadline = time.monotonic() + 30
+    while sky.clusters and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sky.clusters == {}
+
+
 def test_a_cluster_already_gone_counts_as_down(tmp_path: Path, remote: Path) -> None:
     sky = FakeSky()
     eng = engine(tmp_path, sky)

@@ -429,7 +429,10 @@ class SkyPilotEngine:
                 self.sky.api_cancel(box.handle["launch_request"], silent=True)
                 notes.append("its launch cancelled")
         try:
-            self._call(lambda: self.sky.get(self.sky.down(cluster)), self.call_timeout_s, f"`{command}`")
+            # Sent here, waited for below: once the API server has the request, the cluster goes down even
+            # if this process is stopped while it waits (a second Ctrl-C).
+            request_id = self.sky.down(cluster)
+            self._call(lambda: self.sky.get(request_id), self.call_timeout_s, f"`{command}`")
         except Exception as exc:
             if _is_gone(self.sky, exc):
                 message = f"cluster {cluster} is gone (SkyPilot no longer knows it)"
