@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from processes import descendants, gone
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 JOB = SRC / "gpuscout" / "examples" / "tiny-finetune.toml"
@@ -108,3 +112,31 @@ def test_a_local_trial_runs_the_real_script_returns_the_sick_box_and_records_the
     a, b = ((tmp_path / "out" / n / "trial.sh").read_text() for n in ("returns", "keeps"))
     marker = "# ---- the same on every candidate from here on ----"
     assert a.split(marker)[1] == b.split(marker)[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_during_the_bench_tears_down_keeps_the_doctor_result_and_exits_with_the_signal(
+        tmp_path: Path, sheet: Path, sig: int) -> None:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "GPUSCOUT_STORE": str(tmp_path / "store.db"), "COLUMNS": "80"}
+    proc = subprocess.Popen([sys.executable, "-m", "gpuscout", "trial", str(JOB), "--offers", str(sheet),
+                             "--candidates", "keeps", "--runs", "3", "-o", "out"], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    steps = tmp_path / "out" / "boxes" / "keeps" / "results" / "steps.log"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and not (steps.is_file() and " bench\n" in steps.read_text()):
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    assert steps.is_file() and " bench\n" in steps.read_text(), "the bench never started"
+    below = descendants(proc.pid)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 128 + sig, out + err[-3000:]
+    assert "keeps: torn down" in err.replace("\n", " ") and "Traceback" not in err
+    assert "stopped by a signal: every launched box was torn down" in err.replace("\n", " ")
+    assert gone(below, 30), "a process of the trial outlived the stop"
+    back = tmp_path / "out" / "keeps" / "results"
+    assert (back / "doctor.json").is_file()  # what finished came back
+    written = tmp_path / "out" / "boxes" / "keeps" / "results" / "bench.json"
+    if written.is_file():  # the bench stopped after a case finished: its partial result came back as written
+        assert (back / "bench.json").read_bytes() == written.read_bytes()

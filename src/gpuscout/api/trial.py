@@ -49,21 +49,21 @@ def plan_trial(job: str | Path, *, offers: str | Path, candidates: Sequence[str]
     from gpuscout.trial.script import ScriptSettings, bundle_job
 
     if engine not in ENGINES:
-        raise InputError("Unknown engine {engine!r}.", "A trial runs on rented boxes through one of three engines.",
-                         "Pass --engine skypilot (rents the boxes), ssh (boxes you rented) or local (this "
-                         "machine, no cloud).", engine=engine)
-    for flag, value, low in (("--runs", runs, 1), ("--repeats", repeats, 1), ("--warmup", warmup, 0)):
+        raise InputError("Unknown engine {given!r}.", "A trial runs on rented boxes through one of three engines.",
+                         "Pass {engine} skypilot (rents the boxes), ssh (boxes you rented) or local (this "
+                         "machine, no cloud).", given=engine)
+    for name, value, low in (("runs", runs, 1), ("repeats", repeats, 1), ("warmup", warmup, 0)):
         if value < low:
-            raise InputError("{flag} {value} is below {low}.", "The trial's bench needs it.",
-                             "Pass {flag} {low} or more.", flag=flag, value=value, low=low)
+            raise InputError(f"{{{name}}} {{value}} is below {{low}}.", "The trial's bench needs it.",
+                             f"Pass {{{name}}} {{low}} or more.", value=value, low=low)
     if not budget_minutes > 0:
-        raise InputError("--budget-minutes {m} is not a positive time.", "It bounds each candidate's wall time.",
-                         "Pass e.g. --budget-minutes 30.", m=budget_minutes)
+        raise InputError("{budget_minutes} {m} is not a positive time.", "It bounds each candidate's wall time.",
+                         "Pass e.g. {budget_minutes} 30.", m=budget_minutes)
     if max_usd is not None and not max_usd > 0:
-        raise InputError("--max-usd {m} is not a positive amount.", "It is the most the trial may spend.",
-                         "Pass e.g. --max-usd 5.", m=max_usd)
+        raise InputError("{max_usd} {m} is not a positive amount.", "It is the most the trial may spend.",
+                         "Pass e.g. {max_usd} 5.", m=max_usd)
     if top is not None and candidates:
-        raise InputError("--candidates and --top were both given.", "Each names the boxes to try.",
+        raise InputError("{candidates} and {top} were both given.", "Each names the boxes to try.",
                          "Pass one of them.")
     spec = Path(job)
     if not spec.is_file():
@@ -95,7 +95,8 @@ def plan_trial(job: str | Path, *, offers: str | Path, candidates: Sequence[str]
         missing = [o for o in chosen if o not in targets]
         if missing:
             raise InputError("No ssh host for {missing}.", "The ssh engine runs on boxes you already rented.",
-                             "Pass --ssh OFFER_ID=user@host:port for every candidate.", missing=", ".join(missing))
+                             "Pass {ssh_targets} OFFER_ID=user@host:port for every candidate.",
+                             missing=", ".join(missing))
     rows = {r.offer_id: r for r in report.pick.rows}
     by_id = {o.id: o for o in sheet.offers}
     cands = tuple(_candidate(by_id[o], rows.get(o), setup_s, runs * (warmup + repeats), rates, targets.get(o))
@@ -107,11 +108,11 @@ def plan_trial(job: str | Path, *, offers: str | Path, candidates: Sequence[str]
                      out_dir=Path(output), deviations=deviations, notes=tuple(notes))
     total = plan.predicted_usd
     if max_usd is not None and total is not None and total > max_usd:
-        raise InputError("The trial's predicted bill, ${total:,.2f}, is above --max-usd ${max_usd:,.2f}.",
+        raise InputError("The trial's predicted bill, ${total:,.2f}, is above {max_usd} ${limit:,.2f}.",
                          "It covers each box's billed start-up, install, doctor, the bench and the idle tail "
                          "under its offer's billing rules; nothing was launched.",
-                         "Raise --max-usd, try fewer candidates (--top 2), or fewer --runs.",
-                         total=total, max_usd=max_usd)
+                         "Raise {max_usd}, try fewer candidates ({top} 2), or fewer {runs}.",
+                         total=total, limit=max_usd)
     return plan
 
 
@@ -128,23 +129,23 @@ def _choose(rows: Sequence[Any], sheet: PriceSheet, candidates: Sequence[str], t
             from difflib import get_close_matches
 
             near = get_close_matches(unknown[0], ids, n=1)
-            raise InputError("{unknown} is not an offer of the price sheet.", "--candidates names offers by id.",
+            raise InputError("{unknown} is not an offer of the price sheet.", "{candidates} names offers by id.",
                              "Use ids from the sheet" + (f" (did you mean {near[0]}?)" if near else
                                                          " (`gpuscout pick --offers SHEET` lists them)") + ".",
                              unknown=", ".join(unknown))
         if len(set(candidates)) != len(candidates):
-            raise InputError("--candidates names an offer twice.", "Each candidate is one box.",
+            raise InputError("{candidates} names an offer twice.", "Each candidate is one box.",
                              "Name each offer once.")
         return list(candidates)
     ranked = [r.offer_id for r in rows if r.excluded is None]
     if top is not None:
         if top < 1:
-            raise InputError("--top {top} names no candidate.", "It takes the N cheapest ranked offers.",
-                             "Pass --top 2 or more.", top=top)
+            raise InputError("{top} {n} names no candidate.", "It takes the N cheapest ranked offers.",
+                             "Pass {top} 2 or more.", n=top)
         return ranked[:top]
     if len(ranked) < 2:
         raise InputError("The job fits {n} offer(s) of the sheet; a trial compares two or more.",
-                         "pick ranks only the offers the job fits.", "Add offers, or name them with --candidates.",
+                         "pick ranks only the offers the job fits.", "Add offers, or name them with {candidates}.",
                          n=len(ranked))
     return ranked[:2]
 

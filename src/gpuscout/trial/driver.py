@@ -196,7 +196,7 @@ class Driver:
             script = self.settings.out_dir / run.candidate.name / "trial.sh"
             script.parent.mkdir(parents=True, exist_ok=True)
             script.write_text(trial_script(self.body, candidate=run.candidate.name, offer_id=run.candidate.offer.id,
-                                           created_at_iso=self._start(box).strftime("%Y-%m-%dT%H:%M:%SZ")))
+                                           created_at_iso=self._created_at(box)))
             outcome = self.engine.run(box, script, self._left_s(box))
             run.outcome = outcome
             if run.status == "running":  # the trial may have stopped it meanwhile
@@ -210,6 +210,12 @@ class Driver:
 
     def _left_s(self, box: Box) -> float:
         return self.settings.budget_s - (datetime.now(UTC) - self._start(box)).total_seconds()
+
+    def _created_at(self, box: Box) -> str:
+        """When the box was created, as the script's doctor takes it; "" for a box rented before the trial (ssh)."""
+        if box.engine == "ssh":
+            return ""
+        return self._start(box).strftime("%Y-%m-%dT%H:%M:%SZ")
 
     def _start(self, box: Box) -> datetime:
         """When the box became the candidate's: its launch, or, where candidates take turns on this machine,
@@ -275,6 +281,13 @@ class Driver:
                                         command=_fallback_command(box))
             if box.torn_down_at is None and run.teardown.done:
                 box.torn_down_at = datetime.now(UTC)
+            if getattr(self.engine, "files_survive_tear_down", False):
+                # Stopping the script let it write what finished (a bench stopped mid-run writes its partial
+                # result on the way out): where the files outlive the tear-down, fetch them once more.
+                try:
+                    run.files = tuple(self.engine.fetch(box, local))
+                except (EngineError, OSError) as exc:
+                    self.say(f"{run.candidate.name}: could not fetch its results after the tear-down: {exc}")
             end = box.torn_down_at or datetime.now(UTC)
             held_s = (end - self._start(box)).total_seconds()
             run.real_usd = elapsed_bill_usd(run.candidate.offer, held_s, self.settings.rates) \

@@ -130,18 +130,19 @@ found=$("${{GS[0]}}" -c 'from importlib.metadata import version; print(version("
   || {{ step "gpuscout here is ${{found:-missing}}, not {settings.version}"; exit {EXIT_INSTALL}; }}
 step doctor
 "${{GS[@]}}" doctor --offers job/{q(bundle.sheet_name)} --offer "$OFFER" --job job/{q(bundle.spec_name)} \\
-  --created-at "$CREATED_AT"{quick} {gs_common} -o {RESULTS_DIR}/doctor.json
+  ${{CREATED_AT:+--created-at "$CREATED_AT"}}{quick} {gs_common} -o {RESULTS_DIR}/doctor.json
 rc=$?
 case $rc in
-  0|4) step "doctor exit $rc: keep";;
+  0) step "doctor says keep";;
+  4) step "doctor inconclusive: benching, the verdict is recorded with the bench";;
   3) step "doctor says return"; exit {EXIT_RETURN};;
   129|130|143) step "stopped by signal $((rc - 128))"; exit $rc;;
   *) step "doctor exit $rc"; exit {EXIT_DOCTOR};;
 esac
 step bench
 "${{GS[@]}}" bench job/{q(bundle.spec_name)} --offers job/{q(bundle.sheet_name)} --offer "$OFFER" \\
-  --created-at "$CREATED_AT" --runs {settings.runs} --warmup {settings.warmup} --repeats {settings.repeats} \\
-  {gs_common} --doctor {RESULTS_DIR}/doctor.json -o {RESULTS_DIR}/bench.json
+  ${{CREATED_AT:+--created-at "$CREATED_AT"}} --runs {settings.runs} --warmup {settings.warmup} \\
+  --repeats {settings.repeats} {gs_common} --doctor {RESULTS_DIR}/doctor.json -o {RESULTS_DIR}/bench.json
 rc=$?
 case $rc in
   0) step "bench done"; exit {EXIT_BENCHED};;
@@ -156,7 +157,9 @@ def body_sha256(body: str) -> str:
 
 
 def trial_script(body: str, *, candidate: str, offer_id: str, created_at_iso: str) -> str:
-    """The whole script for one candidate: its header (which offer, when the box was created), then the body."""
+    """The whole script for one candidate: its header (which offer, when the box was created), then the body.
+    `created_at_iso` is "" for a box the trial did not create (ssh): doctor then measures the start-up from
+    the box's boot, not from a creation time nobody here knows."""
     q = shlex.quote
     return f"""#!/usr/bin/env bash
 # gpuscout trial: candidate {candidate}. Written by `gpuscout trial`; the body below the marked line is

@@ -34,6 +34,8 @@ class LocalEngine:
     """Candidates as folders under `root`, each running the script in its own process group."""
 
     name: EngineName = "local"
+    # The folders stay after the tear-down: the driver fetches again what a stopped script wrote on its way out.
+    files_survive_tear_down = True
 
     def __init__(self, root: Path, *, stop_grace_s: float = STOP_GRACE_S) -> None:
         self.root = root.resolve()  # the script runs from its own folder: no path may be relative to ours
