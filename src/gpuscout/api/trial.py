@@ -190,8 +190,12 @@ def run_trial(plan: TrialPlan, *, engine: Engine | None = None, on_event: Callab
     from gpuscout.trial.driver import Driver, DriverSettings
     from gpuscout.trial.plan import TrialReport
     from gpuscout.trial.script import body_sha256, bundle_job, script_body
+    from gpuscout.trial.sheet import sheet_for_boxes
 
-    bundle = bundle_job(Path(plan.job), plan.sheet_path)
+    # the boxes' doctor and bench read TOML: a SkyPilot vms.csv travels as its candidates' offers in TOML
+    sheet = sheet_for_boxes(plan.sheet_path, [c.offer for c in plan.candidates], plan.sheet.exchange_rates,
+                            plan.out_dir)
+    bundle = bundle_job(Path(plan.job), sheet)
     body = script_body(plan.settings, bundle)
     the_engine = engine or make_engine(plan.engine, plan.out_dir)
     events: list[str] = []
@@ -257,7 +261,8 @@ def make_engine(name: str, out_dir: Path) -> Engine:
     from gpuscout.trial.engine import EngineError
 
     try:
-        engine: Engine = factory()
+        # skypilot writes each candidate's task file (the record of what was launched) beside its script
+        engine: Engine = factory(out_dir) if name == "skypilot" else factory()
     except EngineError as exc:
         raise InputError("The {engine} engine could not start: {exc}", "It needs its tools on this machine.",
                          "Install what it names, or use another engine.", engine=name, exc=exc) from None

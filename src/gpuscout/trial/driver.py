@@ -152,6 +152,11 @@ class Driver:
 
     def _launch_all(self) -> None:
         """Ask for every box first, so their launches (and their runs) share one time window."""
+        # An engine that can refuse a candidate before anything is rented (skypilot: an offer it cannot pin
+        # exactly) does it for all of them here, so no box is launched only to be torn down.
+        preflight = getattr(self.engine, "preflight", None)
+        if callable(preflight):
+            preflight([launch_request(run.candidate, self.settings) for run in self.trial.runs])
         for run in self.trial.runs:
             if self._stop.is_set():
                 return
@@ -319,7 +324,7 @@ def _status_of(outcome: RunOutcome) -> tuple[str, str]:
 
 def _fallback_command(box: Box) -> str:
     if box.engine == "skypilot":
-        return f"sky down {box.request.candidate}"
+        return f"sky down {box.handle.get('cluster', box.request.candidate)}"
     if box.engine == "ssh" and box.request.ssh_target:
         return f"ssh {box.request.ssh_target}  (stop the trial script there, then the box at its provider)"
     return f"check {box.workdir or box.request.candidate} by hand"
