@@ -190,3 +190,26 @@ def test_the_decision_screen_fits_80_columns_and_ends_with_what_still_bills(tmp_
     assert "recorded in the results store as run 9" in text
     last = " ".join(text.split("recorded in the results store")[1].split())
     assert "STILL BILLING: fast: sky down failed. Stop it with: sky down fast" in last
+
+
+def test_a_side_the_telemetry_saw_disturbed_gets_no_winner_even_though_regions_may_differ(tmp_path: Path) -> None:
+    """Two candidates sharing one host (or a noisy neighbour) disturb each other's timings: the trial tolerates
+    the offers' own region and billing differences, never a disturbed measurement (compare's rule without
+    --allow-diff)."""
+    from results import A100, runs_case
+
+    steady = [[t * f for t in BASE_TPS] for f in (1.0, 1.0, 1.0)]
+    throttled = [[t * 0.6 * f for t in BASE_TPS] for f in (1.0, 1.0, 1.0)]
+    a_offer, b_offer = offer("quiet", 2.0, region="us-east-1"), offer("busy", 1.0, region="eu-west-1",
+                                                                    gpu="a100-sxm4-80gb")
+    quiet = bench_result("quiet", cases=[runs_case(steady)])
+    busy = bench_result("busy", gpu=A100, cases=[runs_case(throttled, gpu="a100", throttled_run=2)])
+    trial = trial_of(candidate_run(tmp_path, a_offer, "benched", quiet),
+                     candidate_run(tmp_path, b_offer, "benched", busy))
+    decision = decide_trial(trial, sheet(a_offer, b_offer), (), today=TODAY)
+    assert decision.rent is None and decision.outcome == "disturbed"
+    assert "disturbed" in decision.text
+    undisturbed = bench_result("busy", gpu=A100, cases=[runs_case(throttled, gpu="a100")])
+    trial2 = trial_of(candidate_run(tmp_path / "2", a_offer, "benched", quiet),
+                      candidate_run(tmp_path / "2", b_offer, "benched", undisturbed))
+    assert decide_trial(trial2, sheet(a_offer, b_offer), (), today=TODAY).outcome == "winner"

@@ -110,6 +110,14 @@ def decide_trial(trial: TrialRun, sheet: PriceSheet, rates: Sequence[ExchangeRat
     except GpuscoutError as exc:
         return _with(base, "none", None, f"No verdict: the results could not be compared: {exc.what}",
                      compared=tuple(names))
+    # The offers' own region and billing are what the trial compares, so they are moved out of the
+    # differences that block a verdict; nothing else is allowed: a side the telemetry saw disturbed (two
+    # candidates sharing one host, a noisy neighbour) still gets no winner, as `compare` without
+    # --allow-diff rules.
+    offer_only = fairness.model_copy(update={
+        "fair": True, "differences": (),
+        "machine_differences": fairness.machine_differences + fairness.differences})
+    comparison = comparison.model_copy(update={"fairness": offer_only, "allow_diff": False})
     costs = _price(results, measured_sheet, offer_ids, rates, today, notes)
     verdict = decide(comparison, [cost_point(c) for c in costs] if len(costs) == len(results) else None)
     label_to_offer = dict(zip((m.label for m in comparison.machines), offer_ids, strict=True))
