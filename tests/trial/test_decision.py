@@ -208,7 +208,7 @@ def test_a_side_the_telemetry_saw_disturbed_gets_no_winner_even_though_regions_m
                      candidate_run(tmp_path, b_offer, "benched", busy))
     decision = decide_trial(trial, sheet(a_offer, b_offer), (), today=TODAY)
     assert decision.rent is None and decision.outcome == "disturbed"
-    assert "disturbed" in decision.text
+    assert "disturbed" in decision.text and "compare … --allow-diff" in decision.text
     undisturbed = bench_result("busy", gpu=A100, cases=[runs_case(throttled, gpu="a100")])
     trial2 = trial_of(candidate_run(tmp_path / "2", a_offer, "benched", quiet),
                       candidate_run(tmp_path / "2", b_offer, "benched", undisturbed))

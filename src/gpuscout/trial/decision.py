@@ -131,6 +131,13 @@ def decide_trial(trial: TrialRun, sheet: PriceSheet, rates: Sequence[ExchangeRat
         text = (f"No measurable difference: take the cheaper, {rent} (the whole job: "
                 f"${costs[cheapest].total_usd:,.2f}). {verdict.text}")
         outcome = "no difference"
+    elif verdict.outcome == "disturbed":
+        # compare's own advice names its --allow-diff flag, which `trial` does not take.
+        rent, outcome = None, verdict.outcome
+        text = ("No verdict (disturbed): the telemetry saw a box slowed while measuring ("
+                + "; ".join(verdict.reasons[:2]) + ("; …" if len(verdict.reasons) > 2 else "")
+                + "), so the timings are not comparable. Rerun the trial on boxes that do not share a host, "
+                "or look at the fetched results anyway with `gpuscout compare … --allow-diff`.")
     else:
         rent, outcome = None, verdict.outcome
         text = f"No verdict ({verdict.outcome}). {verdict.text}"
