@@ -65,6 +65,19 @@ class TearDown:
     command: str = ""  # when not done: the exact command the user runs to stop the billing themselves
 
 
+LOG_TAIL_BYTES = 4000  # what an engine keeps of a script's log for the screen and the store
+
+
+def log_tail(path: Path) -> str:
+    """The last LOG_TAIL_BYTES of a log file an engine wrote beside the script ("" if it cannot be read)."""
+    try:
+        with path.open("rb") as f:
+            f.seek(max(path.stat().st_size - LOG_TAIL_BYTES, 0))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
 class EngineError(Exception):
     """A launch, run or fetch that failed; the message says what, why and how to fix it."""
 

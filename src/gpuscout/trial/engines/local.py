@@ -20,12 +20,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from gpuscout.trial.engine import Box, EngineError, EngineName, LaunchRequest, RunOutcome, TearDown
+from gpuscout.trial.engine import Box, EngineError, EngineName, LaunchRequest, RunOutcome, TearDown, log_tail
 
 # How long a stopped script gets to write what finished before it is killed: the bench writes its
 # result after the case in flight is stopped, which takes a few seconds on a busy machine.
 STOP_GRACE_S = 30.0
-LOG_TAIL_BYTES = 4000
 # How long processes left by a script that exited on its own get to finish exiting before they are stopped.
 LEFTOVER_WAIT_S = 5.0
 
@@ -75,7 +74,7 @@ class LocalEngine:
             returncode, timed_out = None, True
         if returncode is not None and returncode < 0:  # killed by a signal: the shell's 128 + N
             returncode = 128 - returncode
-        return RunOutcome(returncode=returncode, log_tail=_tail(log_path), timed_out=timed_out)
+        return RunOutcome(returncode=returncode, log_tail=log_tail(log_path), timed_out=timed_out)
 
     def fetch(self, box: Box, local_dir: Path) -> Sequence[Path]:
         source = Path(box.workdir) / "results"
@@ -151,11 +150,3 @@ def _group_alive(pgid: int) -> bool:
         return True
     return True
 
-
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(max(path.stat().st_size - LOG_TAIL_BYTES, 0))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""

@@ -49,7 +49,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from gpuscout.trial.engine import Box, EngineError, EngineName, LaunchRequest, RunOutcome, TearDown
+from gpuscout.trial.engine import Box, EngineError, EngineName, LaunchRequest, RunOutcome, TearDown, log_tail
 from gpuscout.userfile import printable
 
 # SkyPilot's clouds, as its registry names them (`sky.CLOUD_REGISTRY` in skypilot 0.14.1).
@@ -79,7 +79,6 @@ STOP_GRACE_S = 30.0  # a stopped script's time to write what finished before it 
 SSH_GRACE_S = 60.0  # the local wait beyond the remote deadline: connection set-up and the kill-after
 CALL_TIMEOUT_S = 900.0  # one SkyPilot API call (a down: it waits for the cloud); a launch is bounded by wait_ready
 COST_TIMEOUT_S = 120.0  # the cost report is set beside gpuscout's bill: not worth holding the trial's end for
-LOG_TAIL_BYTES = 4000
 # Cluster names: SkyPilot's CLUSTER_NAME_VALID_REGEX, and short enough for every cloud's limit
 # (GCP's instance names are the tightest: SkyPilot appends its own suffix to the cluster name).
 _CLUSTER_MAX = 30
@@ -367,7 +366,7 @@ class SkyPilotEngine:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-                    return RunOutcome(returncode=None, log_tail=_tail(log_path), timed_out=True)
+                    return RunOutcome(returncode=None, log_tail=log_tail(log_path), timed_out=True)
                 except BaseException:  # Ctrl-C: the local ssh goes; the remote group is stopped by fetch/tear-down
                     proc.kill()
                     proc.wait()
@@ -378,10 +377,10 @@ class SkyPilotEngine:
         elapsed = time.monotonic() - started
         if code == 255:
             raise EngineError(f"Lost the ssh connection to {cluster} while the script ran: "
-                              f"{_tail(log_path)[-300:].strip()}. {_ssh_fix(cluster)}")
+                              f"{log_tail(log_path)[-300:].strip()}. {_ssh_fix(cluster)}")
         if code in (124, 137) and elapsed >= deadline:  # `timeout`'s own codes, at the deadline
-            return RunOutcome(returncode=None, log_tail=_tail(log_path), timed_out=True)
-        return RunOutcome(returncode=code, log_tail=_tail(log_path))
+            return RunOutcome(returncode=None, log_tail=log_tail(log_path), timed_out=True)
+        return RunOutcome(returncode=code, log_tail=log_tail(log_path))
 
     def fetch(self, box: Box, local_dir: Path) -> Sequence[Path]:
         """Bring back `results/` as a tar stream over ssh (extracted with tarfile's `data` filter: no path
@@ -572,11 +571,3 @@ def _ssh_fix(cluster: str) -> str:
     return (f"Check that `ssh {cluster}` works: SkyPilot writes the cluster's host entry under "
             "~/.sky/generated/ssh/ and includes it from ~/.ssh/config.")
 
-
-def _tail(path: Path) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(max(path.stat().st_size - LOG_TAIL_BYTES, 0))
-            return f.read().decode(errors="replace")
-    except OSError:
-        return ""

@@ -36,11 +36,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from gpuscout.trial.engine import Box, EngineError, EngineName, LaunchRequest, RunOutcome, TearDown
+from gpuscout.trial.engine import LOG_TAIL_BYTES, Box, EngineError, EngineName, LaunchRequest, RunOutcome, TearDown
 from gpuscout.trial.engines.ssh_target import SshTarget, parse_target
 
 RESULTS_DIR = "results"  # under the box's workdir: what `fetch` brings back
-LOG_TAIL_BYTES = 4000  # RunOutcome.log_tail: enough for the last screen of a failing install or bench
+
 
 # The keeper, written next to the script on the box and started with `setsid`. $1: the wall-clock bound of
 # the safety-net `timeout`. run.pid exists exactly while the keeper runs (removed last), so the kill over a
