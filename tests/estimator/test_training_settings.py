@@ -155,6 +155,20 @@ def test_paged_states_leave_the_backward_peak_and_count_in_the_step() -> None:
     assert plain.peak_bytes - paged.peak_bytes == pytest.approx(states * 1.1, rel=0.01)
 
 
+def test_a_loop_holding_the_output_keeps_the_fp32_logits_through_the_loss_backward() -> None:
+    """transformers < 4.45 returned fp32 logits in the output; a loop that keeps the output through
+    loss.backward() (Answer.AI fsdp_qlora train.py) holds 4 B per logit more than transformers' Trainer."""
+    spec = {"method": "lora", "precision": "bf16", "seq_len": 4096, "micro_batch": 2}
+    full = estimate_finetune_memory(job(**spec), LLAMA, H100)
+    held = estimate_finetune_memory(job(loss="full_output_held", **spec), LLAMA, H100)
+    logits = 2 * 4096 * LLAMA.vocab_size
+    assert named(held, "logits and loss") - named(full, "logits and loss") == logits * 4
+    # The loss backward is the largest phase here: the peak grows by the held logits and their reserve.
+    assert held.peak_bytes - full.peak_bytes == pytest.approx(logits * 4 * 1.1, rel=0.01)
+    with pytest.raises(SpecError, match="chunked_cross_entropy"):
+        job(loss="full_output_held", chunked_cross_entropy=True)
+
+
 def test_paged_states_with_the_optimizer_in_backward_page_one_tensor_at_a_time() -> None:
     """torchtune's Llama 3.1 8B full fine-tune on one RTX 4090 (README table at commit 30b8519: 18.9 GiB;
     bf16, PagedAdamW8bit, optimizer_in_bwd, checkpointing, chunked CE, bs 2, packed 2048, compile).

@@ -637,6 +637,12 @@ def logits_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTe
         kept = min(tokens, CE_CHUNK_TOKENS)
         return term("logits and loss (chunked)", "activations", per_token * kept,
                     f"{kept} tokens per chunk × V={shape.vocab_size:,} × 12 B")
+    # "full_output_held": transformers < 4.45 upcast the logits inside the model's forward
+    # (LlamaForCausalLM: `logits = logits.float()`, then the loss on a shifted contiguous copy) and returned
+    # the fp32 logits in CausalLMOutputWithPast. transformers' Trainer drops the output before the backward
+    # (compute_loss returns only the loss); a loop that keeps it, as Answer.AI's fsdp_qlora train.py does
+    # (`output = model(...)`; `loss = output.loss`; `loss.backward()`; `output = None` only afterwards),
+    # holds 4 B per logit more through the loss backward.
     if loss == "chunked_output":
         # Each chunk's F.cross_entropy(logits.float()) keeps its fp32 log-softmax until the backward (4 B
         # for every token); the backward then runs one chunk at a time (8 B of fp32 gradients per element).
@@ -645,6 +651,11 @@ def logits_term(job: FinetuneJob, shape: ModelShape, layout: Layout) -> MemoryTe
         return term("logits and loss (chunked output)", "activations", nbytes,
                     f"V={shape.vocab_size:,} × (4 B fp32 log-softmax × {tokens:,} tokens + 8 B fp32 gradients × "
                     f"{chunk:,} tokens of one of {OUTPUT_CHUNKS} chunks)")
+    if loss == "full_output_held":
+        held = FP32_BYTES * shape.vocab_size / layout.tp
+        return term("logits and loss (fp32 logits held by the output)", "activations", (per_token + held) * tokens,
+                    f"b·s·V·(4 B fp32 logits the caller's output keeps + 4 B fp32 log-softmax kept + 8 B fp32 "
+                    f"loss gradients), V={shape.vocab_size:,}")
     return term("logits and loss", "activations", per_token * tokens,
                 f"b·s·V·(4 B fp32 log-softmax kept + 8 B fp32 loss gradients), V={shape.vocab_size:,}")
 

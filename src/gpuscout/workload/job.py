@@ -38,7 +38,11 @@ CheckpointPolicy = Literal["full", "selective", "selective_op", "selective_layer
 #                    CEWithChunkedOutputLoss, litgpt chunked_cross_entropy): fp32 log-softmax kept for all.
 #   "fused"          fused linear + cross-entropy kernels that keep one chunk's logits (Liger, unsloth);
 #                    what chunked_cross_entropy = true has always meant.
-Loss = Literal["full", "chunked_output", "fused"]
+#   "full_output_held" "full" as transformers < 4.45 wrote it (LlamaForCausalLM: logits = logits.float()
+#                    before the loss, returned in the output) under a training loop that keeps the model
+#                    output alive through loss.backward() (Answer.AI fsdp_qlora train.py): the fp32
+#                    logits stay allocated beside the loss backward's tensors.
+Loss = Literal["full", "chunked_output", "fused", "full_output_held"]
 Padding = Literal["max_length", "longest"]
 # Most names an `unquantized_modules` list may hold: far past a model's few dozen distinct linears.
 MAX_SKIP_MODULES = 256
