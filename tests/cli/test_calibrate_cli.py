@@ -50,7 +50,7 @@ def default_file(config: Path) -> Path:
 def test_calibrate_writes_the_default_file_and_estimate_says_so(config: Path, h100_result: Path) -> None:
     out = run(config, "calibrate", h100_result)
     assert out.returncode == 0, out.stderr
-    assert "h100-sxm5-80gb" in out.stdout and "training" in out.stdout and "×15.9" in out.stdout
+    assert "h100-sxm5-80gb" in out.stdout and "training" in out.stdout and "×12.3" in out.stdout
     assert f"written to {default_file(config)}" in out.stdout
     assert "[[entry]]" in default_file(config).read_text()
 
@@ -58,7 +58,7 @@ def test_calibrate_writes_the_default_file_and_estimate_says_so(config: Path, h1
     assert shown.returncode == 0, shown.stderr
     assert f"{LINE} (training)" in shown.stdout
     assert "a100-sxm4-80gb: speed calibrated" not in shown.stdout  # uncalibrated GPUs say nothing new
-    assert "calibrated: measured/estimated 15.9" in shown.stdout  # the detail's efficiency source
+    assert "calibrated: measured/estimated 12.3" in shown.stdout  # the detail's efficiency source
 
     plain = run(config, "estimate", "tiny-finetune", "-g", "h100", "--no-calibration")
     assert plain.returncode == 0 and "speed calibrated" not in plain.stdout

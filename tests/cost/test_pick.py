@@ -264,7 +264,10 @@ def test_serving_plans_time_fp8_kv_at_the_original_width() -> None:
     gpu = find_gpu("l40s")
     layout = lay_out(job, LLAMA8, gpu, 1)
     assert layout.placement is not None and layout.speed is not None
-    assert [s.spec_change for s in layout.placement.plan] == [{"kv_cache_dtype": "fp8"}]
+    # fp8 KV makes it fit; with serving's error band the plan may also raise vLLM's memory share
+    changes = [s.spec_change for s in layout.placement.plan]
+    assert {"kv_cache_dtype": "fp8"} in changes
+    assert all(set(c) <= {"kv_cache_dtype", "gpu_memory_utilization"} for c in changes)
     as_written = estimate_speed(job, LLAMA8, gpu).metrics["tpot_s"]
     assert layout.speed.metrics["tpot_s"] == pytest.approx(as_written)
     assert layout.metrics["tpot_s"] >= as_written and layout.runtime_high_s > layout.speed.job_high_s
