@@ -164,7 +164,12 @@ def test_the_framework_is_not_passed_where_the_job_has_no_such_field(bench: Modu
 
 def _tree_with_a_framework_field(tmp_path: Path) -> Path:
     """A copy of this gpuscout whose finetune job has a `framework` field and a frameworks module that
-    knows one id, the way the frameworks data file works (an unknown id is a SpecError)."""
+    knows one id, the way the frameworks data file works (an unknown id is a SpecError). Where this
+    gpuscout already has the field and its frameworks data file, the test runs on this tree itself."""
+    from gpuscout.workload.job import FinetuneJob
+
+    if "framework" in FinetuneJob.model_fields:
+        return REPO
     tree = tmp_path / "tree"
     shutil.copytree(REPO / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__"))
     job_py = tree / "src" / "gpuscout" / "workload" / "job.py"
