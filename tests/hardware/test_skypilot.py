@@ -20,9 +20,9 @@ from gpuscout.hardware.skypilot import (
     UNKNOWN_GPU,
     UNMATCHED_ATTACHABLE,
     SkypilotImport,
-    _map_gpu,
     describe_import,
     import_skypilot_catalog,
+    map_gpu,
 )
 
 DATA = Path(__file__).parent / "data"
@@ -192,7 +192,7 @@ def test_unknown_cloud_gets_default_terms_and_a_note(tmp_path: Path) -> None:
     ],
 )
 def test_gpu_mapping(accelerator: str, instance: str, memory_mib: float | None, sku: str | None) -> None:
-    assert _map_gpu(accelerator, instance, memory_mib) == sku
+    assert map_gpu(accelerator, instance, memory_mib) == sku
 
 
 @settings(max_examples=100, deadline=None)

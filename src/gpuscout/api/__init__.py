@@ -32,6 +32,7 @@ from gpuscout.api.jobs import (
     model_presets,
 )
 from gpuscout.api.load import LoadReport, load, probe, where_rented
+from gpuscout.api.offers import OffersList, PullReport, list_offers, pull_offers
 from gpuscout.api.pick import PickReport, pick
 from gpuscout.api.results import (
     ReportInputs,
@@ -48,9 +49,9 @@ from gpuscout.api.trial import plan_trial, run_trial
 
 __all__ = [
     "BenchReport", "CalibrateReport", "CompareReport", "CostReport", "DoctorReport", "EstimateReport", "InputError",
-    "Job", "JobRef", "LoadReport", "ModelPresets", "ModelReport", "PickReport", "ReportInputs", "ResultsList",
-    "StoredRunReport", "bench", "calibrate", "compare", "cost", "describe_model",
-    "doctor", "estimate", "examples_dir", "export_result", "gpus", "list_results", "load", "load_job",
-    "model_presets", "pick", "plan_trial", "probe", "record_run", "report_inputs", "run_trial", "show_result",
-    "store_path", "where_rented",
+    "Job", "JobRef", "LoadReport", "ModelPresets", "ModelReport", "OffersList", "PickReport", "PullReport",
+    "ReportInputs", "ResultsList", "StoredRunReport", "bench", "calibrate", "compare", "cost", "describe_model",
+    "doctor", "estimate", "examples_dir", "export_result", "gpus", "list_offers", "list_results", "load", "load_job",
+    "model_presets", "pick", "plan_trial", "probe", "pull_offers", "record_run", "report_inputs", "run_trial",
+    "show_result", "store_path", "where_rented",
 ]

@@ -33,7 +33,7 @@ class PickReport:
     calibration_path: Path | None = None
 
 
-def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | None = None,
+def pick(job: JobRef = None, *, offers: str | Path | Sequence[str | Path] | None = None, cloud: str | None = None,
          deadline: str | float | None = None, budget_usd: float | None = None,
          fx: Sequence[str | ExchangeRate] = (), options: CostOptions | None = None,
          today: date | None = None, as_written: bool = False, currency: str | None = None,
@@ -45,7 +45,8 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
          include_placeholders: bool = False, interruptions_per_hour: float | None = None,
          spot_advisor: str | Path | None = None,
          margin_pct: float | None = None) -> PickReport:
-    """Rank the offers of a price sheet (the bundled example sheet by default) by total job cost.
+    """Rank the offers of a price sheet (the bundled example sheet by default), or of several read as one
+    (`offers` a list: duplicates across them are named in the notes), by total job cost.
 
     Where the job as written does not fit an offer, it is ranked under a plan of changes that keep
     the task (micro-batch, checkpointing, 8-bit optimizer …); `as_written=True` turns plans off.
@@ -65,11 +66,12 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
     from gpuscout.cost.trial_price import trial_advice
     from gpuscout.estimator.efficiency import calibrated
     from gpuscout.hardware.currency import display_currency
-    from gpuscout.hardware.price_sheet import default_price_sheet, load_offers
+    from gpuscout.hardware.price_sheet import default_price_sheet, load_sheets
     from gpuscout.units import parse_duration_s
 
     the_job, model, _ = job_and_model(job)
-    sheet, notes = load_offers(Path(offers) if offers is not None else default_price_sheet(), cloud=cloud)
+    paths = _sheet_paths(offers)
+    sheet, notes = load_sheets(paths or [default_price_sheet()], cloud=cloud)
     if doctor_results:
         sheet, notes = _measured_launches(sheet, notes, doctor_results)
     day = today or date.today()
@@ -95,9 +97,26 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
                              include_placeholders=include_placeholders, spot=spot, margin_pct=margin_pct)
     result = result.model_copy(update={"trial": trial_advice(
         result.rows, sheet.offers, rates, job_arg=_job_arg(job),
-        sheet=str(offers) if offers is not None else "prices.example")})  # bench and compare take the bundled one so
+        sheet=_advice_sheet(paths))})  # bench and compare take the bundled one so
     return PickReport(job=the_job, pick=result, offers_notes=tuple(notes), calibration=used,
                       calibration_path=used_path)
+
+
+def _advice_sheet(paths: Sequence[Path]) -> str | None:
+    """The sheet the trial advice's bench and compare commands name: they take one, so with several sheets
+    they name none (the user passes the sheet that holds each offer)."""
+    if not paths:
+        return "prices.example"
+    return str(paths[0]) if len(paths) == 1 else None
+
+
+def _sheet_paths(offers: str | Path | Sequence[str | Path] | None) -> list[Path]:
+    """The sheets asked for: none (the bundled example), one, or several."""
+    if offers is None:
+        return []
+    if isinstance(offers, str | Path):
+        return [Path(offers)]
+    return [Path(o) for o in offers]
 
 
 def spot_knowledge(interruptions_per_hour: float | None, spot_advisor: str | Path | None) -> SpotKnowledge:

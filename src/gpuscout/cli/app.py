@@ -18,6 +18,7 @@ import typer
 
 from gpuscout.cli.doctor import doctor
 from gpuscout.cli.load import load as load_command
+from gpuscout.cli.offers import offers_app
 from gpuscout.cli.options import BillingOption, JsonFlag, RegionOption, RunsOption, WideFlag
 from gpuscout.cli.output import console, emit, worded
 from gpuscout.cli.report import report
@@ -129,8 +130,9 @@ def estimate(
 @app.command()
 def pick(
     job: JobArg = None,
-    offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet (TOML) or SkyPilot catalog vms.csv; "
-                                                "default: the bundled example sheet.")] = None,
+    offers: Annotated[list[Path] | None, typer.Option("--offers", help="Price sheet (TOML) or SkyPilot catalog "
+                                                      "vms.csv; repeat for several (read as one); default: the "
+                                                      "bundled example sheet.")] = None,
     cloud: Annotated[str | None, typer.Option(help="Cloud of a SkyPilot vms.csv (default: its folder).")] = None,
     deadline: Annotated[str | None, typer.Option(help="Exclude offers slower than this, e.g. 12h.")] = None,
     budget: Annotated[float | None, typer.Option(help="Exclude offers dearer than this (in --currency).")] = None,
@@ -184,7 +186,7 @@ def pick(
     from gpuscout.report.pick import explain_screen, pick_screen
 
     _one_calibration_choice(calibration, no_calibration)
-    report = api.pick(job, offers=offers, cloud=cloud, deadline=deadline, budget=budget, currency=currency,
+    report = api.pick(job, offers=offers or None, cloud=cloud, deadline=deadline, budget=budget, currency=currency,
                       fx=fx or (), options=cost_options(egress_gb=egress_gb, failed_attempts=failed_attempts, seed=seed,
                                                         keep_stopped_days=keep_stopped_days),
                       as_written=as_written, dataset_gb=dataset_gb, dataset_region=dataset_region,
@@ -407,6 +409,7 @@ def probe(
 app.command()(report)  # cli/report.py
 app.command()(trial)  # cli/trial.py
 app.add_typer(results_app)  # cli/results.py
+app.add_typer(offers_app)  # cli/offers.py
 
 
 def main() -> None:

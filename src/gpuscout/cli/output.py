@@ -17,7 +17,8 @@ from gpuscout.errors import GpuscoutError
 from gpuscout.report.escape import screen_console
 
 # The flags whose names are not the api parameter's with dashes (`target_rps` → `--target-rps`).
-FLAG_OF = {"load_results": "--load", "doctor_results": "--doctor", "offer_ids": "--offer", "ssh_targets": "--ssh"}
+FLAG_OF = {"load_results": "--load", "doctor_results": "--doctor", "offer_ids": "--offer", "ssh_targets": "--ssh",
+           "source": "--from"}
 
 
 def emit(payload: Callable[[], Any], renderable: Callable[[], Any], as_json: bool) -> None:

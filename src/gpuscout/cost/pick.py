@@ -141,12 +141,35 @@ def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[Exc
                                                       today, options, currency, layouts=layouts, hosts=hosts,
                                                       as_written=as_written, margin_pct=margin_pct)),
                             prior, include_placeholders))
-    ranked = sorted((r for r in rows if r.excluded is None), key=lambda r: r.total_usd or 0.0)
-    ranked = mark_pareto(ranked, separable_flags(ranked))
+    ranked = available_first(sorted((r for r in rows if r.excluded is None), key=lambda r: r.total_usd or 0.0))
     excluded = [r for r in rows if r.excluded is not None]
     return PickResult(job_name=job.name, rows=(*ranked, *excluded), exchange_rates=tuple(rates),
-                      warnings=(*price_warnings(offers, today), *capacity_warnings(capacities, target_rps)),
+                      warnings=(*price_warnings(offers, today), *availability_warnings(ranked),
+                                *capacity_warnings(capacities, target_rps)),
                       currency=currency, as_written=as_written, today=today)
+
+
+def available_first(ranked: Sequence[PickRow]) -> list[PickRow]:
+    """The ranked rows with every row its source marks unavailable moved after every other one, each group in
+    its own total order. The frontier and the leader's band are of the rentable rows; the unavailable ones
+    join them only where no row is rentable (a ranking of unavailable offers still has a cheapest)."""
+    rentable = [r for r in ranked if not r.unavailable]
+    unavailable = [r for r in ranked if r.unavailable]
+    if not rentable:
+        return mark_pareto(unavailable, separable_flags(unavailable))
+    return [*mark_pareto(rentable, separable_flags(rentable)), *unavailable]
+
+
+def availability_warnings(ranked: Sequence[PickRow]) -> tuple[str, ...]:
+    """What the ranking did with offers their source marks unavailable."""
+    unavailable = [r for r in ranked if r.unavailable]
+    if not unavailable:
+        return ()
+    ids = ", ".join(r.offer_id for r in unavailable[:5]) + (" …" if len(unavailable) > 5 else "")
+    if len(unavailable) == len(ranked):
+        return (f"every ranked offer is marked unavailable by its source ({ids}); check stock before you rent.",)
+    return (f"{len(unavailable)} ranked offer(s) marked unavailable by their source ({ids}) are listed after every "
+            "available one, whatever their total.",)
 
 
 # Why a placeholder row is not ranked: the report adds how to rank it anyway.

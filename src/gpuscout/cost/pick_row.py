@@ -8,6 +8,7 @@ from a measured capacity (`capacity`) each import them and neither imports the o
 from __future__ import annotations
 
 from datetime import date
+from typing import Any, ClassVar
 
 from gpuscout.cost.billing import JobCost
 from gpuscout.cost.machine import MachineCheck
@@ -33,12 +34,23 @@ class OfferFacts(Frozen):
     observed_at: date
     stale: bool
     placeholder: bool = False  # a price nobody observed (`placeholder = true` in the sheet): ranked only when asked
+    # What the source said of capacity (`Offer.available`, `Offer.stock`); None: it did not say. An
+    # unavailable row is ranked after every available one.
+    available: bool | None = None
+    stock: int | None = None
+    quiet_defaults: ClassVar[dict[str, Any]] = {"available": None, "stock": None}  # older dumps stay byte for byte
+
+    @property
+    def unavailable(self) -> bool:
+        """The source said it cannot be rented now (`available = false`, or a stock of 0)."""
+        return self.available is False or self.stock == 0
 
 
 def offer_facts(offer: Offer, today: date) -> dict[str, object]:
     return {"offer_id": offer.id, "provider": offer.provider, "tier": offer.tier, "gpu_sku": offer.gpu,
             "gpu_count": offer.gpu_count, "currency": offer.currency, "observed_at": offer.observed_at,
-            "stale": is_stale(offer, today), "placeholder": offer.placeholder}
+            "stale": is_stale(offer, today), "placeholder": offer.placeholder, "available": offer.available,
+            "stock": offer.stock}
 
 
 class PickRow(OfferFacts):

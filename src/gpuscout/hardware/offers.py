@@ -106,6 +106,11 @@ class Offer(_Finite):
     # A price nobody observed (an illustration of how an offer is written): never ranked unless
     # the user asks for it (`pick --include-placeholders`, docs/cost.md §4).
     placeholder: StrictBool = False  # a real boolean: "no" or 0 would read as a claim either way
+    # What the source said of capacity when the sheet was written: `available = false` (the provider
+    # lists the offer but cannot rent it now) or a stock count (machines or GPUs free; 0 = none). None =
+    # the source does not say. An unavailable offer is listed but ranked after every other one.
+    available: StrictBool | None = None
+    stock: int | None = Field(default=None, ge=0)
     notes: str = ""
 
     @field_validator("gpu")
@@ -140,6 +145,9 @@ class Offer(_Finite):
         if stated and int(stated.group(1)) != self.gpu_count:
             raise ValueError(f"product {self.product!r} says {stated.group(1)} GPUs but gpu_count = {self.gpu_count}")
         _check_egress_tiers(self.egress_tiers)
+        if self.available is True and self.stock == 0:
+            raise ValueError("available = true but stock = 0; a stock of 0 means none can be rented now: drop one "
+                             "of them, or correct the count")
         return self
 
 
@@ -156,6 +164,11 @@ def _check_interruptions(offer: Offer) -> None:
     if high is not None and rate is not None and high < rate:
         raise ValueError(f"interruptions_per_hour_high = {high} is below interruptions_per_hour = {rate}; "
                          "the high end of a band is at or above its expected rate")
+
+
+def unavailable(offer: Offer) -> bool:
+    """The source said it cannot be rented now (`available = false`, or a stock of 0)."""
+    return offer.available is False or offer.stock == 0
 
 
 def interruption_rate(offer: Offer) -> float:

@@ -9,6 +9,7 @@ package, so `gpuscout pick` works from any folder.
 from __future__ import annotations
 
 import difflib
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import date
@@ -182,6 +183,58 @@ def load_offers(path: Path, *, cloud: str | None = None) -> tuple[PriceSheet, li
     imported = import_skypilot_catalog(path, cloud=name, observed_at=observed)
     note = f"SkyPilot catalog {path} ({name}, prices as of {observed}): {describe_import(imported)}"
     return PriceSheet(path=str(path), offers=imported.offers), [note]
+
+
+def load_sheets(paths: Sequence[Path], *, cloud: str | None = None) -> tuple[PriceSheet, list[str]]:
+    """Several sheets (TOML or SkyPilot vms.csv, `load_offers` each) read as one, with notes on how.
+
+    An id already taken by an earlier sheet is prefixed with its own sheet's name ("cny-quotes:a100-1"),
+    and the note says so; offers that are the same rental in two sheets (provider, GPU, count, region,
+    tier and price alike) are both kept and named, so the reader can drop one.
+    """
+    if len(paths) == 1:
+        return load_offers(paths[0], cloud=cloud)
+    offers: list[Offer] = []
+    rates: list[ExchangeRate] = []
+    notes: list[str] = []
+    taken: set[str] = set()
+    first_seen: dict[tuple[object, ...], tuple[str, str]] = {}
+    duplicates: list[str] = []
+    for path in paths:
+        sheet, read_notes = load_offers(path, cloud=cloud)
+        notes += read_notes
+        rates += sheet.exchange_rates
+        prefix = re.sub(r"[^A-Za-z0-9._+-]+", "-", Path(sheet.path).stem).strip("-.") or "sheet"
+        renamed = 0
+        for offer in sheet.offers:
+            if offer.id in taken:
+                offer = offer.model_copy(update={"id": _free_id(f"{prefix}:{offer.id}", taken)})
+                renamed += 1
+            taken.add(offer.id)
+            offers.append(offer)
+            key = (offer.provider.casefold(), offer.gpu, offer.gpu_count, offer.region.casefold(), offer.tier,
+                   offer.price, offer.price_basis, offer.currency)
+            if key in first_seen:
+                other_id, other_path = first_seen[key]
+                duplicates.append(f"{other_id} ({other_path}) = {offer.id} ({sheet.path})")
+            else:
+                first_seen[key] = (offer.id, sheet.path)
+        if renamed:
+            notes.append(f"{renamed} offer id(s) of {sheet.path} were already taken by an earlier sheet: "
+                         f"they are ranked as {prefix}:ID")
+    if duplicates:
+        shown = "; ".join(duplicates[:5]) + (f"; and {len(duplicates) - 5} more" if len(duplicates) > 5 else "")
+        notes.append(f"duplicate offers in two sheets (same provider, GPU, count, region, tier and price): {shown}")
+    joined = " + ".join(str(p) for p in paths)
+    return PriceSheet(path=joined, offers=tuple(offers), exchange_rates=tuple(rates)), notes
+
+
+def _free_id(wanted: str, taken: set[str]) -> str:
+    wanted = wanted[:250]
+    candidate, n = wanted, 2
+    while candidate in taken:
+        candidate, n = f"{wanted}.{n}", n + 1
+    return candidate
 
 
 def find_offer(sheet: PriceSheet, offer_id: str) -> Offer:

@@ -39,6 +39,7 @@ from pydantic import ValidationError
 
 from gpuscout.errors import SpecError
 from gpuscout.frozen import Frozen
+from gpuscout.hardware.billing_rules import UNKNOWN_RULES_NOTE, RulesTable, billing_rules
 from gpuscout.hardware.catalog import lookup_gpu
 from gpuscout.hardware.offers import Offer
 from gpuscout.units import GB, GIB
@@ -46,20 +47,6 @@ from gpuscout.userfile import MAX_CATALOG_BYTES, printable, read_user_text
 
 REQUIRED_COLUMNS = ("InstanceType", "AcceleratorName", "AcceleratorCount", "vCPUs", "MemoryGiB", "Price", "Region")
 OPTIONAL_COLUMNS = ("GpuInfo", "SpotPrice", "AvailabilityZone", "Arch")
-
-# Billing terms per cloud, from docs/cost.md §2.2–§2.4: AWS and GCP bill per second with a
-# one-minute minimum from "running"; Lambda bills in one-minute increments from a passed health
-# check; RunPod and Vast bill per second.
-_BILLING: Mapping[str, dict[str, Any]] = {
-    "aws": {"billing_increment_s": 1.0, "min_billed_s": 60.0, "billing_starts": "running"},
-    "gcp": {"billing_increment_s": 1.0, "min_billed_s": 60.0, "billing_starts": "running"},
-    "lambda": {"billing_increment_s": 60.0, "min_billed_s": 0.0, "billing_starts": "healthy"},
-    "runpod": {"billing_increment_s": 1.0, "min_billed_s": 0.0, "billing_starts": "running"},
-    "vast": {"billing_increment_s": 1.0, "min_billed_s": 0.0, "billing_starts": "running"},
-}
-_PROVIDER_NAMES: Mapping[str, str] = {
-    "aws": "AWS", "gcp": "GCP", "azure": "Azure", "lambda": "Lambda", "runpod": "RunPod", "vast": "Vast.ai",
-}  # fmt: skip
 
 # GCP machine type -> (SkyPilot accelerator name, GPUs per VM). Source: Google Cloud "GPU machine
 # types" docs (A2 Standard/Ultra, A3 High/Edge/Mega/Ultra, G2); GPU count is the "-Ng" suffix.
@@ -108,9 +95,12 @@ UNMATCHED_ATTACHABLE = "attachable GPU price (empty InstanceType) with no matchi
 HOST_WITHOUT_GPU = "GCP host VM whose attachable GPU price row is missing"
 
 
-def import_skypilot_catalog(path: Path, *, cloud: str, observed_at: date, include_spot: bool = True) -> SkypilotImport:
-    """Read a SkyPilot `vms.csv` into offers (on-demand, plus spot where SpotPrice is given)."""
+def import_skypilot_catalog(path: Path, *, cloud: str, observed_at: date, include_spot: bool = True,
+                            table: RulesTable | None = None) -> SkypilotImport:
+    """Read a SkyPilot `vms.csv` into offers (on-demand, plus spot where SpotPrice is given), under the
+    cloud's billing rules from `table` (gpuscout's billing rules table by default)."""
     cloud = cloud.strip().lower()
+    table = table or billing_rules()
     rows = list(_read_rows(path))
     offers: list[Offer] = []
     skipped: list[SkippedRow] = []
@@ -131,7 +121,7 @@ def import_skypilot_catalog(path: Path, *, cloud: str, observed_at: date, includ
             gpu_row, key = combined
             used_attachable.add(key)
             host_price = (_number(row["Price"]) or 0.0, _number(row["SpotPrice"]))
-        made, reason = _offers_for_row(row, gpu_row, host_price, cloud, path, observed_at, include_spot)
+        made, reason = _offers_for_row(row, gpu_row, host_price, cloud, path, observed_at, include_spot, table)
         if reason is not None:
             skipped.append(SkippedRow(line=line, accelerator=gpu_row["AcceleratorName"], reason=reason))
             continue
@@ -254,7 +244,7 @@ def _unused_attachable(
     skipped = []
     for line, row in rows:
         if _is_attachable(row) and _attach_key(row) not in used:
-            known = _map_gpu(row["AcceleratorName"], "", _memory_mib(row["GpuInfo"])) is not None
+            known = map_gpu(row["AcceleratorName"], "", _memory_mib(row["GpuInfo"])) is not None
             reason = UNMATCHED_ATTACHABLE if known else UNKNOWN_GPU
             skipped.append(SkippedRow(line=line, accelerator=row["AcceleratorName"], reason=reason))
     return skipped
@@ -268,6 +258,7 @@ def _offers_for_row(
     path: Path,
     observed_at: date,
     include_spot: bool,
+    table: RulesTable,
 ) -> tuple[list[Offer], str | None]:
     """The on-demand (and spot) offers for one row, or the reason it was skipped."""
     accelerator = gpu_row["AcceleratorName"]
@@ -282,13 +273,13 @@ def _offers_for_row(
         return [], FRACTIONAL
     if count > _MAX_GPUS:
         return [], f"more than {_MAX_GPUS:,} GPUs in one instance"
-    sku = _map_gpu(accelerator, row["InstanceType"], _memory_mib(gpu_row["GpuInfo"]))
+    sku = map_gpu(accelerator, row["InstanceType"], _memory_mib(gpu_row["GpuInfo"]))
     if sku is None:
         return [], UNKNOWN_GPU
     price, spot = _prices(gpu_row, host_price)
     if price is None or price <= 0:
         return [], f"no usable on-demand Price {_cell(gpu_row['Price'])}"
-    base = _offer_fields(row, sku, int(count), cloud, path, observed_at, combined=host_price is not None)
+    base = _offer_fields(row, sku, int(count), cloud, path, observed_at, table, combined=host_price is not None)
     tiers: list[dict[str, Any]] = [{"price": price}]
     if include_spot and spot is not None and spot > 0:
         tiers.append({"id": base["id"] + "-spot", "tier": "spot", "price": spot})
@@ -317,19 +308,21 @@ def _prices(gpu_row: Mapping[str, str], host: tuple[float, float | None] | None)
 
 
 def _offer_fields(
-    row: Mapping[str, str], sku: str, count: int, cloud: str, path: Path, observed_at: date, *, combined: bool
+    row: Mapping[str, str], sku: str, count: int, cloud: str, path: Path, observed_at: date, table: RulesTable, *,
+    combined: bool
 ) -> dict[str, Any]:
     zone = row["AvailabilityZone"]
     place = zone or row["Region"]
     notes = [f"zone {zone}" if zone else "", "price in the catalog's 'Price' column, whole instance"]
     if combined:
         notes.append("GCP host VM price + attachable GPU price of the same zone, summed as SkyPilot does")
-    if cloud not in _BILLING:
-        notes.append(f"billing terms for {cloud} not in gpuscout's references: per-second defaults used")
+    rules = table.find(cloud)
+    if rules is None or rules.assumed:  # known, sourced rules need no note; the others say what was assumed
+        notes.append(UNKNOWN_RULES_NOTE if rules is None else f"{rules.terms()}: no public statement found")
     vcpus, ram_gib = _number(row["vCPUs"]), _number(row["MemoryGiB"])
     return {
         "id": _slug(f"{cloud}-{row['InstanceType']}-{place}"),
-        "provider": _PROVIDER_NAMES.get(cloud, cloud),
+        "provider": cloud if rules is None else rules.name,
         "product": row["InstanceType"],
         "region": row["Region"],
         "gpu": sku,
@@ -341,7 +334,7 @@ def _offer_fields(
         "observed_at": observed_at,
         "source": f"SkyPilot catalog {path.name} ({cloud})",
         "notes": "; ".join(note for note in notes if note),
-        **_BILLING.get(cloud, {}),
+        **({} if rules is None else rules.offer_fields()),
     }
 
 
@@ -350,7 +343,7 @@ def _slug(text: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _map_gpu(accelerator: str, instance_type: str, memory_mib: float | None) -> str | None:
+def map_gpu(accelerator: str, instance_type: str, memory_mib: float | None) -> str | None:
     """gpuscout SKU for a SkyPilot accelerator name (rules in the module docstring), or None.
 
     Cached: a catalog repeats the same few names in every zone.

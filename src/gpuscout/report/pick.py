@@ -242,7 +242,9 @@ def _cells(row: PickRow, rank: int | None, notes: Footnotes, *, wide: bool, with
 def vouch_marks(row: PickRow) -> str:
     """', placeholder', ', risk unknown': what the row's total cannot vouch for (the lines under the
     table say more)."""
-    return (", placeholder" if row.placeholder else "") + (", risk unknown" if row.interruption_risk_unknown else "")
+    stock = f", stock {row.stock}" if row.stock else ""
+    return ((", placeholder" if row.placeholder else "") + (", risk unknown" if row.interruption_risk_unknown else "")
+            + (", unavailable" if row.unavailable else stock))
 
 
 def tight_words(row: PickRow, shown: DisplayCurrency = USD) -> str:
