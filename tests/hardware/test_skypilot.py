@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuscout.errors import SpecError
+from gpuscout.hardware.billing_rules import billing_rules
 from gpuscout.hardware.offers import Offer
 from gpuscout.hardware.skypilot import (
     FRACTIONAL,
@@ -157,10 +158,24 @@ def test_unknown_cloud_gets_default_terms_and_a_note(tmp_path: Path) -> None:
     lines = (DATA / "skypilot_lambda_vms.csv").read_text(encoding="utf-8").splitlines()
     path = tmp_path / "vms.csv"
     path.write_text("\n".join(lines[:3]) + "\n", encoding="utf-8")
-    result = import_skypilot_catalog(path, cloud="Nebius", observed_at=OBSERVED)
+    result = import_skypilot_catalog(path, cloud="Nowhere-Cloud", observed_at=OBSERVED)
     (offer,) = result.offers
-    assert offer.provider == "nebius" and offer.billing_increment_s == 1.0
-    assert "not in gpuscout's references" in offer.notes
+    assert offer.provider == "nowhere-cloud" and offer.billing_increment_s == 1.0
+    assert "billing rules unknown: per-second assumed" in offer.notes
+
+
+def test_cloud_rules_come_from_the_billing_rules_table(tmp_path: Path) -> None:
+    """A cloud in the table takes its display name and terms from it; an assumed entry says so on the row."""
+    lines = (DATA / "skypilot_lambda_vms.csv").read_text(encoding="utf-8").splitlines()
+    path = tmp_path / "vms.csv"
+    path.write_text("\n".join(lines[:3]) + "\n", encoding="utf-8")
+    rules = billing_rules().find("nebius")
+    assert rules is not None
+    (offer,) = import_skypilot_catalog(path, cloud="Nebius", observed_at=OBSERVED).offers
+    assert offer.provider == rules.name
+    assert (offer.billing_increment_s, offer.min_billed_s, offer.billing_starts) == (
+        rules.billing_increment_s, rules.min_billed_s, rules.billing_starts)
+    assert ("no public statement found" in offer.notes) == rules.assumed
 
 
 @pytest.mark.parametrize(

@@ -65,7 +65,7 @@ def pull_offers(output: str | Path, *, source: str = "gpuhunt", providers: Seque
 
 def list_offers(sheet: str | Path | None = None, *, gpu: Sequence[str] = (), max_price: float | None = None,
                 today: date | None = None) -> OffersList:
-    """The offers of a price sheet (the bundled example sheet by default), cheapest instance $/h first;
+    """The offers of a price sheet (the bundled example sheet by default), by currency, cheapest instance $/h first;
     `gpu` keeps those GPUs, `max_price` the offers at or under that $/h (in each offer's own currency)."""
     from gpuscout.hardware.price_sheet import default_price_sheet, load_offers
     from gpuscout.hardware.pull import wanted_gpu_skus
@@ -80,6 +80,6 @@ def list_offers(sheet: str | Path | None = None, *, gpu: Sequence[str] = (), max
 
     shown = [o for o in loaded.offers
              if (not skus or o.gpu in skus) and (max_price is None or instance_price_per_hour(o) <= max_price)]
-    shown.sort(key=lambda o: (unavailable(o), instance_price_per_hour(o), o.id))
+    shown.sort(key=lambda o: (unavailable(o), o.currency, instance_price_per_hour(o), o.id))  # never CNY against USD
     return OffersList(sheet=str(path), offers=tuple(shown), total=len(loaded.offers), today=today or date.today(),
                       notes=tuple(notes))

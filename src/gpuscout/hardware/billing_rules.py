@@ -62,20 +62,23 @@ class BillingRules(Frozen):
             raise ValueError("source is blank; say which page states these terms and when it was read")
         return value
 
-    def offer_fields(self) -> dict[str, Any]:
-        """The Offer fields these rules set (storage needs a disk size, so it is `storage_item`'s)."""
+    def offer_fields(self, currency: str = "USD") -> dict[str, Any]:
+        """The Offer fields these rules set for an offer priced in `currency` (storage needs a disk size, so it
+        is `storage_item`'s). Egress prices are in the rules' currency: an offer in another leaves them out."""
         fields: dict[str, Any] = {"billing_increment_s": self.billing_increment_s, "min_billed_s": self.min_billed_s,
                                   "billing_starts": self.billing_starts}
+        if currency != self.currency:
+            return fields
         if self.egress_free_gb is not None:
             fields["egress_free_gb"] = self.egress_free_gb
         if self.egress_price_per_gb is not None:
             fields["egress_tiers"] = ({"price_per_gb": self.egress_price_per_gb},)
         return fields
 
-    def storage_item(self, size_gb: float, name: str = "boot disk") -> dict[str, Any] | None:
-        """The disk of `size_gb` GB billed per GB-month under these rules, or None when the table gives no
-        storage price (the disk is then not priced: the offer's notes say so)."""
-        if self.storage_price_per_gb_month is None or size_gb <= 0:
+    def storage_item(self, size_gb: float, currency: str = "USD", name: str = "boot disk") -> dict[str, Any] | None:
+        """The disk of `size_gb` GB billed per GB-month under these rules for an offer in `currency`, or None
+        when the table gives no storage price in that currency."""
+        if self.storage_price_per_gb_month is None or size_gb <= 0 or currency != self.currency:
             return None
         item: dict[str, Any] = {"name": name, "size_gb": size_gb, "price_per_gb_month": self.storage_price_per_gb_month}
         if self.storage_billed_while_stopped is False:

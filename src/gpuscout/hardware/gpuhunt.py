@@ -208,9 +208,9 @@ def offer_from_item(item: CatalogItem, *, version: str, gh_version: str, observe
     sku = map_gpu(item.gpu_name, item.instance_name, memory_mib)
     if sku is None:
         return None, f"unknown GPU {item.gpu_name}"
-    rules_fields, rules_note = billing_notes(provider, table)
+    rules_fields, rules_note = billing_notes(provider, table, "USD")
     rules = table.find(provider)
-    notes = [f"location {item.location}" if item.location else "", rules_note]
+    notes = [rules_note]
     price = item.price
     storage: list[dict[str, Any]] = []
     available: bool | None = None
@@ -219,7 +219,7 @@ def offer_from_item(item: CatalogItem, *, version: str, gh_version: str, observe
         notes.append(note)
         available = True  # gpuhunt asks Vast's search for rentable offers only
     elif item.disk_size and rules is not None:
-        disk = rules.storage_item(item.disk_size)
+        disk = rules.storage_item(item.disk_size, "USD")
         if disk is not None:
             storage.append(disk)
     fields: dict[str, Any] = {

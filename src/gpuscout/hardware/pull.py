@@ -63,12 +63,12 @@ def kept(offers: Iterable[Offer], skus: frozenset[str], spot: bool | None) -> li
             if (not skus or o.gpu in skus) and (spot is None or (o.tier == "spot") == spot)]
 
 
-def billing_notes(provider: str, table: RulesTable) -> tuple[dict[str, object], str]:
-    """The Offer fields of the provider's billing rules, and the note a row carries about them."""
+def billing_notes(provider: str, table: RulesTable, currency: str) -> tuple[dict[str, object], str]:
+    """The Offer fields of the provider's billing rules for an offer in `currency`, and the note a row carries."""
     rules = table.find(provider)
     if rules is None:
         return {}, UNKNOWN_RULES_NOTE
-    return rules.offer_fields(), f"{rules.terms()} (gpuscout's billing rules table, checked {rules.checked})"
+    return rules.offer_fields(currency), f"{rules.terms()} (gpuscout's billing rules table, checked {rules.checked})"
 
 
 def pull_skypilot(providers: Sequence[str], gpus: Sequence[str], spot: bool | None, *,

@@ -334,7 +334,7 @@ def _offer_fields(
         "observed_at": observed_at,
         "source": f"SkyPilot catalog {path.name} ({cloud})",
         "notes": "; ".join(note for note in notes if note),
-        **({} if rules is None else rules.offer_fields()),
+        **({} if rules is None else rules.offer_fields("USD")),
     }
 
 

@@ -21,45 +21,50 @@ from gpuscout.hardware.pull import Pull
 from gpuscout.report.layout import label_column, number_column
 from gpuscout.report.numbers import age, money
 
-_REGION_WIDTH = 14  # 'asia-northeast1' is cut with '…' rather than pushing the rules column past 80
+_CUT_WIDTH = 9  # 'asia-northeast1' is cut with '…' rather than pushing the row past 80 columns
 
 
 def billing_words(offer: Offer) -> str:
-    """'1 s, min 60 s', '60 s from healthy', or '1 s?' where the provider's rules are not in the table."""
+    """'1 s, min 60 s', '60 s, healthy' (billing starts at a passed health check), or '1 s?' where the
+    provider's rules are not in the table (per-second assumed)."""
     unknown = UNKNOWN_RULES_NOTE in offer.notes
     words = f"{offer.billing_increment_s:g} s" + ("?" if unknown else "")
     if offer.min_billed_s:
         words += f", min {offer.min_billed_s:g} s"
-    if offer.billing_starts not in ("running",):
-        words += f" from {offer.billing_starts}"
+    if offer.billing_starts != "running":
+        words += f", {offer.billing_starts}"
     return words
 
 
 def stock_words(offer: Offer) -> str:
+    """'spot', 'unavailable', '3 free', 'available': the tier when not on-demand, and what the source said of stock."""
     if unavailable(offer):
-        return "unavailable"
-    if offer.stock is not None:
-        return f"{offer.stock} free"
-    return "available" if offer.available else ""
+        stock = "unavailable"
+    elif offer.stock is not None:
+        stock = f"{offer.stock} free"
+    else:
+        stock = "available" if offer.available else ""
+    tier = "" if offer.tier == "on-demand" else offer.tier
+    return ", ".join(word for word in (tier, stock) if word)
 
 
 def offers_table(offers: tuple[Offer, ...], today: date) -> Table:
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    """Eight columns in 80: the provider and region are cut with '…' past 9 characters (`--json` has them whole)."""
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
     label_column(table, "GPU")
     number_column(table, "n")
     number_column(table, "per hour")
-    label_column(table, "provider")
-    table.add_column("region", no_wrap=True, overflow="ellipsis", max_width=_REGION_WIDTH)
+    for header in ("provider", "region"):
+        table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=_CUT_WIDTH)
     number_column(table, "age")
     label_column(table, "billed per")
-    label_column(table, "stock")
+    table.add_column("notes", overflow="fold")
     for offer in offers:
         stale = is_stale(offer, today)
         table.add_row(offer.gpu, str(offer.gpu_count), money(instance_price_per_hour(offer), offer.currency),
                       Text(offer.provider), Text(offer.region or "-"),
                       Text(age((today - offer.observed_at).days), style="yellow" if stale else ""),
-                      billing_words(offer) + (" (spot)" if offer.tier == "spot" else ""),
-                      Text(stock_words(offer), style="yellow" if unavailable(offer) else ""))
+                      billing_words(offer), Text(stock_words(offer), style="yellow" if unavailable(offer) else ""))
     return table
 
 
@@ -71,8 +76,8 @@ def offers_list_screen(sheet: str, offers: tuple[Offer, ...], total: int, today:
         return Group(title, Text("No offer matches --gpu / --max-price.", style="yellow"))
     lines = [Text(n, style="dim") for n in notes]
     legend = ["per hour: the whole instance, in the offer's currency; age: of the price",
-              "billed per: increment, minimum, when billing starts if not at running; ? = the provider's rules "
-              "are unknown: per-second assumed"]
+              "billed per: increment, minimum, and when billing starts if not at running; ? = the provider's "
+              "billing rules are unknown: per-second assumed"]
     if any(is_stale(o, today) for o in offers):
         legend.append(f"age over {STALE_AFTER_DAYS} d: a stale price, check it before you rent")
     if any(unavailable(o) for o in offers):
