@@ -19,6 +19,7 @@ from gpuscout.report.bench import bench_screen
 from gpuscout.report.compare import render_table
 from gpuscout.report.estimate import estimate_screen
 from gpuscout.report.load import load_screen
+from gpuscout.report.offers import offers_list_screen
 from gpuscout.report.pick import calculator_table, pick_screen
 
 from . import samples
@@ -51,6 +52,11 @@ def _load() -> RenderableType:
     return load_screen(result, output=Path("results/load-demo.json"), costs=costs, search=search)
 
 
+def _offers_list() -> RenderableType:
+    listed = samples.api.list_offers(None, today=samples.TODAY)  # the bundled example sheet
+    return offers_list_screen("prices.example", listed.offers, listed.total, listed.today, listed.notes)
+
+
 def _cost() -> RenderableType:
     r = samples.cost_calculator()
     assert r.plain is not None
@@ -70,6 +76,7 @@ SCREENS: dict[str, Callable[[], RenderableType]] = {
     "bench": lambda: bench_screen(samples.bench_demo(), None, Path("results/demo-h100.json")),
     "load": _load,
     "cost": _cost,
+    "offers-list": _offers_list,
 }
 # `--wide` is for wide terminals: its extra columns are checked at 160 columns only.
 WIDE_SCREENS: dict[str, Callable[[], RenderableType]] = {

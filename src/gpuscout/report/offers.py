@@ -37,7 +37,8 @@ def billing_words(offer: Offer) -> str:
 
 
 def stock_words(offer: Offer) -> str:
-    """'spot', 'unavailable', '3 free', 'available': the tier when not on-demand, and what the source said of stock."""
+    """'spot', 'placeholder', 'unavailable', '3 free', 'available': the tier when not on-demand, a price nobody
+    observed, and what the source said of stock."""
     if unavailable(offer):
         stock = "unavailable"
     elif offer.stock is not None:
@@ -45,12 +46,12 @@ def stock_words(offer: Offer) -> str:
     else:
         stock = "available" if offer.available else ""
     tier = "" if offer.tier == "on-demand" else offer.tier
-    return ", ".join(word for word in (tier, stock) if word)
+    return ", ".join(word for word in (tier, "placeholder" if offer.placeholder else "", stock) if word)
 
 
 def offers_table(offers: tuple[Offer, ...], today: date) -> Table:
     """Eight columns in 80: the provider and region are cut with '…' past 9 characters (`--json` has them whole)."""
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, collapse_padding=True)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, padding=0)  # the box's space apart
     label_column(table, "GPU")
     number_column(table, "n")
     number_column(table, "per hour")
@@ -80,6 +81,8 @@ def offers_list_screen(sheet: str, offers: tuple[Offer, ...], total: int, today:
               "billing rules are unknown: per-second assumed"]
     if any(is_stale(o, today) for o in offers):
         legend.append(f"age over {STALE_AFTER_DAYS} d: a stale price, check it before you rent")
+    if any(o.placeholder for o in offers):
+        legend.append("placeholder: a price nobody observed, ranked only with pick --include-placeholders")
     if any(unavailable(o) for o in offers):
         legend.append("unavailable: the source lists it but says none can be rented now (pick ranks it last)")
     return Group(title, offers_table(offers, today), *[Text(line, style="dim") for line in legend], *lines)
