@@ -10,6 +10,7 @@ import re
 import tomllib
 from datetime import date
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -141,3 +142,13 @@ def test_the_rules_gpuscout_already_documented_are_kept() -> None:
 def test_chinese_clouds_bill_in_cny() -> None:
     for pid in CHINESE:
         assert PROVIDERS[pid]["currency"] == "CNY"
+
+
+def test_the_docs_table_matches_the_data() -> None:
+    """docs/prices.md §8 shows every entry once, sourced or assumed as the data says, and the count."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "prices.md").read_text(encoding="utf-8")
+    section = text[text.index("## 8. ") :]
+    rows = dict(re.findall(r"^\| `([a-z0-9]+)` \|.*\| (sourced|assumed) \|$", section, flags=re.MULTILINE))
+    assert rows == {pid: "assumed" if e["assumed"] else "sourced" for pid, e in PROVIDERS.items()}
+    sourced = sum(not e["assumed"] for e in PROVIDERS.values())
+    assert f"Sourced: {sourced} of {len(PROVIDERS)}." in section

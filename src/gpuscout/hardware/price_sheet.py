@@ -161,9 +161,13 @@ def default_price_sheet() -> Path:
 
 
 def sheet_path(path: Path) -> Path:
-    """The path as given, or the bundled example sheet when given by its name and no such file is here."""
-    if not path.exists() and path.parent == Path(".") and path.name.removesuffix(".toml") == "prices.example":
-        return default_price_sheet()
+    """The path as given, or a bundled sheet (the example sheet, a cloud's template) when given by the
+    name `gpuscout examples` lists and no such file is here."""
+    name = path.name.removesuffix(".toml")
+    if not path.exists() and path.parent == Path(".") and name.startswith("prices."):
+        bundled = default_price_sheet().with_name(f"{name}.toml")
+        if bundled.is_file():
+            return bundled
     return path
 
 

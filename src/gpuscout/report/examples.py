@@ -18,5 +18,12 @@ def examples_table(folder: Path) -> RenderableType:
     for path in sorted(folder.glob("*.toml")):
         data = tomllib.loads(path.read_text(encoding="utf-8"))
         kind = data.get("kind", "price sheet" if "offer" in data else "?")
-        table.add_row(path.stem, str(kind), str(data.get("name", f"{len(data.get('offer', []))} EXAMPLE offers")))
+        table.add_row(path.stem, str(kind), str(data.get("name", _sheet_summary(data.get("offer", [])))))
     return Group(table, Text(f"Folder: {folder}", style="dim"))
+
+
+def _sheet_summary(offers: list[dict[str, object]]) -> str:
+    """A template (every price a placeholder, to be filled in) is not a sheet of dated examples."""
+    if offers and all(offer.get("placeholder") is True for offer in offers):
+        return f"TEMPLATE, {len(offers)} offers to fill in"
+    return f"{len(offers)} EXAMPLE offers"
