@@ -120,3 +120,21 @@ def test_the_rules_table_finds_providers_by_id_name_and_alias() -> None:
         parse_rules({"provider": {"x": {"name": "X", "source": "s", "checked": TODAY, "billing_increment_s": 0}}})
     with pytest.raises(SpecError, match="only"):
         parse_rules({"providers": {}})
+
+
+def test_the_trial_commands_name_the_sheet_when_both_leaders_share_one(tmp_path: Path) -> None:
+    """Two overlapping offers of one sheet beside a second sheet: bench and compare (one sheet each) name theirs."""
+    a, b = sheets(tmp_path, pair=offer_toml("r1", gpu="h100-sxm5-80gb", price=2.0, extra="tier = \"spot\"")
+                  + offer_toml("r2", gpu="rtx-3090", price=0.3),
+                  other=offer_toml("far", gpu="h100-sxm5-80gb", price=40.0))
+    report = api.pick("tiny-finetune", offers=[a, b], today=TODAY)
+    advice = report.pick.trial
+    assert advice is not None and advice.needed and {advice.winner_id, advice.challenger_id} == {"r1", "r2"}
+    assert f"--offers {a}" in advice.compare_command
+    assert all(f"--offers {a}" in t.command for t in advice.trials)
+    # The same two offers in different sheets: no one sheet holds both, and the notes say what to add.
+    c, d = sheets(tmp_path, spot=offer_toml("r1", gpu="h100-sxm5-80gb", price=2.0, extra="tier = \"spot\""),
+                  ondemand=offer_toml("r2", gpu="rtx-3090", price=0.3))
+    split = api.pick("tiny-finetune", offers=[c, d], today=TODAY)
+    assert split.pick.trial is not None and "--offers" not in split.pick.trial.compare_command
+    assert any("take one price sheet" in n for n in split.offers_notes)

@@ -14,7 +14,7 @@ import os
 import sys
 import urllib.request
 from collections.abc import Iterator
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,8 @@ FIELDS = ["instance_name", "location", "price", "cpu", "memory", "gpu_count", "g
           "disk_size", "gpu_vendor", "flags", "cpu_arch", "provider_data"]
 
 AWS_ROWS = [
-    ["p4d.24xlarge", "us-east-1", "32.7726", "96", "1152.0", "8", "A100", "40.0", "False", "", "nvidia", "", "x86", "{}"],
+    ["p4d.24xlarge", "us-east-1", "32.7726", "96", "1152.0", "8", "A100", "40.0", "False", "", "nvidia", "", "x86",
+     "{}"],
     ["p5.48xlarge", "us-east-1", "55.04", "192", "2048.0", "8", "H100", "80.0", "False", "", "nvidia", "", "x86", "{}"],
     ["p5.48xlarge", "us-east-1", "22.1", "192", "2048.0", "8", "H100", "80.0", "True", "", "nvidia", "", "x86", "{}"],
     ["inf2.xlarge", "us-east-1", "0.76", "4", "16.0", "1", "Inferentia2", "32.0", "False", "", "nvidia", "", "x86",
@@ -60,7 +61,6 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:
     """A GPUHUNT_CATALOG_DIR of fixtures, with every way gpuhunt reaches the network made to fail loudly."""
     pytest.importorskip("gpuhunt", reason="gpuhunt is not installed: pip install 'gpuscout[offers]'")
     import requests  # gpuhunt's online providers post through requests
-
     from gpuhunt._internal import storage
 
     assert storage.CATALOG_V2_FIELDS == FIELDS  # the fixtures are in the format gpuhunt reads
@@ -118,7 +118,7 @@ def test_vast_disk_folded_into_the_hourly_price_is_billed_once(offline: Path, tm
     assert unfolded.price + disk.size_gb * disk.price_per_gb_month / disk.hours_per_month == pytest.approx(0.46389,
                                                                                                           abs=1e-5)
     folded = by_id["vastai-12346-CZ"]  # gpuhunt gave no storage_cost: the folded price, no second disk charge
-    assert folded.price == 0.3 and folded.storage == ()
+    assert folded.price == 0.3 and folded.storage == () and folded.included_disk_gb == 50.0
     assert "not billed again" in folded.notes
     assert unfolded.available is True and folded.available is True  # Vast's search asks for rentable offers
 
@@ -192,7 +192,7 @@ def test_a_skypilot_pull_reads_the_cached_catalogs(monkeypatch: pytest.MonkeyPat
 
 
 def test_a_pulled_sheet_older_than_30_days_is_flagged(offline: Path, tmp_path: Path) -> None:
-    old = datetime(2026, 10, 1, tzinfo=timezone.utc).timestamp()
+    old = datetime(2026, 10, 1, tzinfo=UTC).timestamp()
     os.utime(offline / "aws.csv", (old, old))
     out = tmp_path / "old.toml"
     api.pull_offers(out, source="gpuhunt", providers=["aws"])

@@ -71,7 +71,7 @@ def pick(job: JobRef = None, *, offers: str | Path | Sequence[str | Path] | None
 
     the_job, model, _ = job_and_model(job)
     paths = _sheet_paths(offers)
-    sheet, notes = load_sheets(paths or [default_price_sheet()], cloud=cloud)
+    sheet, notes, origins = load_sheets(paths or [default_price_sheet()], cloud=cloud)
     if doctor_results:
         sheet, notes = _measured_launches(sheet, notes, doctor_results)
     day = today or date.today()
@@ -95,19 +95,19 @@ def pick(job: JobRef = None, *, offers: str | Path | Sequence[str | Path] | None
                              budget_usd=budget_usd, today=day, options=options, as_written=as_written, currency=shown,
                              capacities=capacities, target_rps=target_rps,
                              include_placeholders=include_placeholders, spot=spot, margin_pct=margin_pct)
-    result = result.model_copy(update={"trial": trial_advice(
-        result.rows, sheet.offers, rates, job_arg=_job_arg(job),
-        sheet=_advice_sheet(paths))})  # bench and compare take the bundled one so
+    single = "prices.example" if not paths else str(offers) if isinstance(offers, str | Path) else str(paths[0])
+    advice = trial_advice(result.rows, sheet.offers, rates, job_arg=_job_arg(job),
+                          sheet=single if len(paths) <= 1 else None)
+    if len(paths) > 1 and advice is not None and advice.needed:  # bench and compare take one sheet
+        held = {origins.get(i) for i in (advice.winner_id, advice.challenger_id) if i is not None}
+        if len(held) == 1 and None not in held:
+            advice = trial_advice(result.rows, sheet.offers, rates, job_arg=_job_arg(job), sheet=held.pop())
+        else:
+            notes.append("the trial's bench and compare commands below take one price sheet and these offers "
+                         "come from different sheets: add --offers with the sheet that holds each offer")
+    result = result.model_copy(update={"trial": advice})  # bench and compare take the bundled one so
     return PickReport(job=the_job, pick=result, offers_notes=tuple(notes), calibration=used,
                       calibration_path=used_path)
-
-
-def _advice_sheet(paths: Sequence[Path]) -> str | None:
-    """The sheet the trial advice's bench and compare commands name: they take one, so with several sheets
-    they name none (the user passes the sheet that holds each offer)."""
-    if not paths:
-        return "prices.example"
-    return str(paths[0]) if len(paths) == 1 else None
 
 
 def _sheet_paths(offers: str | Path | Sequence[str | Path] | None) -> list[Path]:

@@ -243,6 +243,8 @@ def offer_from_item(item: CatalogItem, *, version: str, gh_version: str, observe
     }
     if storage:
         fields["storage"] = tuple(storage)
+    elif item.disk_size:  # a disk no storage item bills comes with the price: held against the job's disk
+        fields["included_disk_gb"] = item.disk_size
     if available is not None:
         fields["available"] = available
     try:

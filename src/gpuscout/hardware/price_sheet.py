@@ -189,16 +189,19 @@ def load_offers(path: Path, *, cloud: str | None = None) -> tuple[PriceSheet, li
     return PriceSheet(path=str(path), offers=imported.offers), [note]
 
 
-def load_sheets(paths: Sequence[Path], *, cloud: str | None = None) -> tuple[PriceSheet, list[str]]:
-    """Several sheets (TOML or SkyPilot vms.csv, `load_offers` each) read as one, with notes on how.
+def load_sheets(paths: Sequence[Path], *, cloud: str | None = None) -> tuple[PriceSheet, list[str], dict[str, str]]:
+    """Several sheets (TOML or SkyPilot vms.csv, `load_offers` each) read as one, with notes on how, and the
+    sheet each offer that kept its own id came from (commands that take one sheet name it).
 
     An id already taken by an earlier sheet is prefixed with its own sheet's name ("cny-quotes:a100-1"),
     and the note says so; offers that are the same rental in two sheets (provider, GPU, count, region,
     tier and price alike) are both kept and named, so the reader can drop one.
     """
     if len(paths) == 1:
-        return load_offers(paths[0], cloud=cloud)
+        only, said = load_offers(paths[0], cloud=cloud)
+        return only, said, {o.id: str(paths[0]) for o in only.offers}
     offers: list[Offer] = []
+    origins: dict[str, str] = {}
     rates: list[ExchangeRate] = []
     notes: list[str] = []
     taken: set[str] = set()
@@ -214,6 +217,8 @@ def load_sheets(paths: Sequence[Path], *, cloud: str | None = None) -> tuple[Pri
             if offer.id in taken:
                 offer = offer.model_copy(update={"id": _free_id(f"{prefix}:{offer.id}", taken)})
                 renamed += 1
+            else:
+                origins[offer.id] = str(path)
             taken.add(offer.id)
             offers.append(offer)
             key = (offer.provider.casefold(), offer.gpu, offer.gpu_count, offer.region.casefold(), offer.tier,
@@ -230,7 +235,7 @@ def load_sheets(paths: Sequence[Path], *, cloud: str | None = None) -> tuple[Pri
         shown = "; ".join(duplicates[:5]) + (f"; and {len(duplicates) - 5} more" if len(duplicates) > 5 else "")
         notes.append(f"duplicate offers in two sheets (same provider, GPU, count, region, tier and price): {shown}")
     joined = " + ".join(str(p) for p in paths)
-    return PriceSheet(path=joined, offers=tuple(offers), exchange_rates=tuple(rates)), notes
+    return PriceSheet(path=joined, offers=tuple(offers), exchange_rates=tuple(rates)), notes, origins
 
 
 def _free_id(wanted: str, taken: set[str]) -> str:
