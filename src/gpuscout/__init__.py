@@ -25,11 +25,11 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "gpuscout.api": (
         "BenchReport", "CalibrateReport", "CompareReport", "CostReport", "DoctorReport", "EstimateReport",
-        "InputError", "Job", "JobRef", "LoadReport", "ModelPresets", "ModelReport", "PickReport", "ReportInputs",
-        "ResultsList", "StoredRunReport", "bench", "calibrate", "compare", "cost", "describe_model", "doctor",
-        "estimate", "examples_dir", "export_result", "gpus", "list_results", "load", "load_job", "model_presets",
-        "pick", "plan_trial", "probe", "record_run", "report_inputs", "run_trial", "show_result", "store_path",
-        "where_rented",
+        "InputError", "Job", "JobRef", "LoadReport", "ModelPresets", "ModelReport", "OffersList", "PickReport",
+        "PullReport", "ReportInputs", "ResultsList", "StoredRunReport", "bench", "calibrate", "compare", "cost",
+        "describe_model", "doctor", "estimate", "examples_dir", "export_result", "gpus", "list_offers",
+        "list_results", "load", "load_job", "model_presets", "pick", "plan_trial", "probe", "pull_offers",
+        "record_run", "report_inputs", "run_trial", "show_result", "store_path", "where_rented",
     ),
     "gpuscout.loadgen.plan": ("LoadPlan", "make_plan"),
     "gpuscout.loadgen.probe": ("ProbeResult",),
