@@ -53,3 +53,15 @@ def test_pull_errors_are_worded_not_tracebacks(tmp_path: Path) -> None:
     assert missing.returncode == 1, missing.stderr
     assert "gpuhunt is not installed: pip install 'gpuscout[offers]'" in missing.stderr
     assert not (tmp_path / "x.toml").exists()
+
+
+def test_pick_never_fetches(tmp_path: Path) -> None:
+    """pick reads sheets only: ranking a sheet loads neither gpuhunt nor an HTTP client for prices."""
+    sheet = tmp_path / "cny.toml"
+    sheet.write_text(SHEET.replace("stock = 0", "stock = 2") + "\n[[exchange_rate]]\ncurrency = \"CNY\"\n"
+                     "usd_per_unit = 0.14\nobserved_at = 2026-12-03\nsource = \"a bank\"\n", encoding="utf-8")
+    out = run(str(sheet), code=(
+        "import sys; from gpuscout import pick; r = pick('tiny-finetune', offers=[sys.argv[1], sys.argv[1]]); "
+        "print(len(r.pick.rows), 'gpuhunt' in sys.modules, 'requests' in sys.modules, 'urllib.request' in sys.modules)"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["2", "False", "False", "False"]
