@@ -62,6 +62,6 @@ def test_pick_never_fetches(tmp_path: Path) -> None:
                      "usd_per_unit = 0.14\nobserved_at = 2026-12-03\nsource = \"a bank\"\n", encoding="utf-8")
     out = run(str(sheet), code=(
         "import sys; from gpuscout import pick; r = pick('tiny-finetune', offers=[sys.argv[1], sys.argv[1]]); "
-        "print(len(r.pick.rows), 'gpuhunt' in sys.modules, 'requests' in sys.modules, 'urllib.request' in sys.modules)"))
+        "print(len(r.pick.rows), *(m in sys.modules for m in ('gpuhunt', 'requests', 'urllib.request')))"))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["2", "False", "False", "False"]

@@ -44,6 +44,13 @@ VAST_ROWS = [
      '{"dph_base": 0.4, "disk_size": 100.0, "storage_cost": 0.46}'],
     ["12346", "CZ", "0.3", "8", "32.0", "1", "RTX3090", "24.0", "False", "50.0", "nvidia", "", "x86", "{}"],
 ]
+# RunPod: one pod, and an instant cluster (gpuhunt flags it; 2-8 pods, never one machine).
+RUNPOD_ROWS = [
+    ["NVIDIA H100 80GB HBM3", "US-KS-2", "2.99", "24", "251.0", "1", "H100", "80.0", "False", "", "nvidia", "", "x86",
+     "{}"],
+    ["NVIDIA H100 80GB HBM3", "US-TX-3", "23.92", "224", "1500.0", "8", "H100", "80.0", "False", "", "nvidia",
+     "runpod-cluster", "x86", '{"pod_counts": [2, 3, 4, 5, 6, 7, 8]}'],
+]
 
 
 def write_catalog(folder: Path, provider: str, rows: list[list[str]]) -> Path:
@@ -133,6 +140,15 @@ def test_a_failing_provider_is_named_and_the_others_kept(offline: Path, tmp_path
     with pytest.raises(GpuscoutError, match="runpod"):  # nothing at all pulled: an error, no sheet
         api.pull_offers(tmp_path / "none.toml", source="gpuhunt", providers=["runpod"])
     assert not (tmp_path / "none.toml").exists()
+
+
+def test_gpuhunt_flagged_cluster_offers_are_skipped_with_the_reason(offline: Path, tmp_path: Path) -> None:
+    write_catalog(offline, "runpod", RUNPOD_ROWS)
+    out = tmp_path / "runpod.toml"
+    report = api.pull_offers(out, source="gpuhunt", providers=["runpod"])
+    (pod,) = load_price_sheet(out).offers
+    assert (pod.gpu, pod.gpu_count, pod.price) == ("h100-sxm5-80gb", 1, 2.99)
+    assert report.pull.skipped == {"flagged by gpuhunt (runpod-cluster): not one rentable machine": 1}
 
 
 def test_gpu_and_tier_filters(offline: Path, tmp_path: Path) -> None:

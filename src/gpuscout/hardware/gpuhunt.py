@@ -204,6 +204,9 @@ def offer_from_item(item: CatalogItem, *, version: str, gh_version: str, observe
     provider = item.provider.lower()
     if not item.gpu_count or not item.gpu_name:
         return None, "no GPU"
+    flags = tuple(getattr(item, "flags", ()) or ())
+    if flags:  # gpuhunt flags offers older dstack versions must not see: RunPod's instant clusters (2-8 pods)
+        return None, f"flagged by gpuhunt ({', '.join(flags)}): not one rentable machine"
     memory_mib = item.gpu_memory * 1024 if item.gpu_memory else None  # gpuhunt: GB (GiB as the vendors state it)
     sku = map_gpu(item.gpu_name, item.instance_name, memory_mib)
     if sku is None:
