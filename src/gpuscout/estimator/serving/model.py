@@ -108,6 +108,16 @@ class EngineLimits(_Value):
     # vLLM recomputes at least a prompt's last token to sample the first output token.
     prefix_hit_rate: float = Field(0.0, ge=0, lt=1)
 
+    @model_validator(mode="after")
+    def _a_decode_per_seq_fits(self) -> EngineLimits:
+        # vLLM refuses the same at startup (vllm/config/scheduler.py, SchedulerConfig._verify_args): every
+        # running sequence must be able to take one token of a step's budget.
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
+                             f"max_num_seqs ({self.max_num_seqs}), as vLLM requires: each running request "
+                             "decodes one token a step; raise the first or lower the second")
+        return self
+
     @property
     def kv_tokens(self) -> int:
         return self.kv_blocks * self.block_tokens
@@ -197,7 +207,7 @@ class SimResult(_Value):
     TTFT counts from the request's intended send (so queueing is in it) and includes the request's
     host overhead; ITL is every gap between two output tokens of one request; TPOT is a request's
     (e2e − TTFT) / (output tokens − 1). `queue_len` and `kv_used` (share of the KV blocks in use)
-    are sampled over time, at most ~200 points each.
+    are sampled over time, at most ~200 points each (the largest value in each slice of the run).
     """
 
     arrivals: Arrivals
@@ -215,6 +225,8 @@ class SimResult(_Value):
     kv_used: tuple[tuple[float, float], ...]
     stable: bool
     unstable: str | None = None
+    # Each completed request's (TTFT, TPOT, e2e) in seconds, in send order: what goodput counts.
+    per_request: tuple[tuple[float, float, float], ...] = ()
 
     @model_validator(mode="after")
     def _unstable_says_why(self) -> SimResult:
