@@ -16,9 +16,10 @@ from gpuscout.workload.presets import load_llm_preset
 
 LLAMA8 = load_llm_preset("llama-3-8b")
 H100 = find_gpu("h100-sxm5-80gb")
+NO_SLO = Slo()
 
 
-def job(slo: Slo = Slo(), **kw: object) -> InferenceJob:
+def job(slo: Slo = NO_SLO, **kw: object) -> InferenceJob:
     base: dict[str, object] = {"kind": "inference", "model": "llama-3-8b", "prompt_tokens": 1024,
                                "output_tokens": 128, "concurrency": 8, "slo": slo}
     return InferenceJob.model_validate(base | kw)
