@@ -53,7 +53,8 @@ def capacity_words(row: PickRow) -> str:
         instances = row.metrics.get("instances", 1.0)
         if instances > 1:
             return f"× {instances:.0f} instances ({users} a replica)"
-        return f"holds {users} a replica at the SLO"
+        least = "≥ " if row.metrics.get("users_held_per_replica_at_least") else ""
+        return f"holds {least}{users} a replica at the SLO"
     return ""
 
 
