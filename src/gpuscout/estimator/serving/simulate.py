@@ -557,6 +557,7 @@ class _Run:
         duration = max((self.finish_t[i] for i in done), default=self.now)
         duration = max(duration, self.now if self.unstable else 0.0)
         tokens = sum(self.target[i] for i in done)
+        thinned = _thin(self.samples, duration)
         return SimResult(
             arrivals=self.arrivals, completed=len(done), duration_s=duration,
             ttft_s=_percentiles(ttft), itl_s=_weighted_percentiles(self.itl_v, self.itl_w, self.itl_sum),
@@ -564,8 +565,8 @@ class _Run:
             requests_per_s=len(done) / duration if duration > 0 else 0.0,
             output_tokens_per_s=tokens / duration if duration > 0 else 0.0,
             preemptions=self.preemptions, max_queue=self.max_queue,
-            queue_len=tuple((t, q) for t, q, _ in _thin(self.samples, duration)),
-            kv_used=tuple((t, b / self.kv_blocks) for t, _, b in _thin(self.samples, duration)),
+            queue_len=tuple((t, q) for t, q, _ in thinned),
+            kv_used=tuple((t, b / self.kv_blocks) for t, _, b in thinned),
             stable=True, unstable=None,
             per_request=tuple((a, b, c) for a, b, c in zip(ttft, tpot, e2e, strict=True)))
 
