@@ -336,8 +336,10 @@ class _Run:
         def total(steps: int) -> float:
             return steps * fixed + _sum_max_linear(m0, m1, p0, p1, steps)
 
-        if self.pending and len(self.running) < self.max_seqs:
-            # Stop with the step during which the next request arrives: the one after admits it.
+        if self.pending:
+            # Stop with the step during which the next request arrives: the one after admits it (or,
+            # with max_num_seqs running, queues it: the queue is then seen at each arrival, as stepping
+            # one step at a time sees it, so an unstable run stops at the same step either way).
             gap = self.pending[0][0] - self.now
             if total(k) >= gap:
                 lo, hi = 1, k
