@@ -55,6 +55,7 @@ class SimulatedLoad(Frozen):
     replicas_needed: int | None = None  # for the job's users or the target rate; None: none would do
     misses: tuple[str, ...] = ()  # SLO targets missed at the load, slow end
     one_instance_misses: tuple[str, ...] = ()  # several instances: what one alone would miss at the job's users
+    one_instance_users: int | None = None  # the users a replica of one instance alone would serve
     requests_per_s: float  # the whole deployment's, at the load (expected costs)
     slow_requests_per_s: float  # the same at the band's slow end
     output_tokens_per_s: float
@@ -96,6 +97,7 @@ def _at_users(job: InferenceJob, expected: SimConfig, slow: SimConfig, replicas:
     at_least = False
     instances = 1
     one_instance: tuple[str, ...] = ()
+    alone = users
     if has_targets(job.slo):
         one_instance = tuple(slo_misses(slow_run, job.slo))
         if not one_instance:  # the replica holds its share: at least that many (no search, a sheet stays quick)
@@ -117,7 +119,7 @@ def _at_users(job: InferenceJob, expected: SimConfig, slow: SimConfig, replicas:
     load = f"{users} user{'s' if users > 1 else ''} a replica"
     sim = _load(load, users, used, instances, held, None, needed, job.slo, fast_run, slow_run, expected)
     return sim.model_copy(update={"one_instance_misses": one_instance if instances > 1 else (),
-                                  "held_at_least": at_least})
+                                  "one_instance_users": alone, "held_at_least": at_least})
 
 
 def _closed(job: InferenceJob, users: int) -> Arrivals:
@@ -180,5 +182,5 @@ def one_instance_words(sim: SimulatedLoad) -> str | None:
     """'one instance alone misses the SLO: P95 TTFT 1.31 s > 1 s at the job's 20 users' (several instances)."""
     if sim.instances <= 1 or not sim.one_instance_misses:
         return None
-    return (f"one instance alone misses the SLO ({'; '.join(sim.one_instance_misses)}, the band's slow end): "
-            f"priced as {sim.instances} instances")
+    return (f"one instance alone misses the SLO ({'; '.join(sim.one_instance_misses)} at "
+            f"{sim.one_instance_users} users a replica, the band's slow end): priced as {sim.instances} instances")

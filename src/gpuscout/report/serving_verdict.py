@@ -65,7 +65,9 @@ def verdict_lines(row: PickRow) -> list[str]:
     lines = [f"SLO verdict: {SOURCE_WORDS.get(row.slo_source, row.slo_source)}"]
     m = row.metrics
     if row.slo_source == "simulated" and "ttft_p95_s_slow_end" in m:
-        lines.append(f"  at the job's load, the band's slow end: P95 TTFT {sig(m['ttft_p95_s_slow_end'])} s, "
+        users = m.get("users_per_replica")
+        load = f"{users:.0f} users a replica" if users is not None else "the job's rate"
+        lines.append(f"  at {load}, the band's slow end: P95 TTFT {sig(m['ttft_p95_s_slow_end'])} s, "
                      f"P95 TPOT {sig(m.get('tpot_p95_s_slow_end', 0.0))} s")
         words = capacity_words(row)
         if words:
