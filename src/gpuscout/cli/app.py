@@ -18,7 +18,7 @@ import typer
 
 from gpuscout.cli.doctor import doctor
 from gpuscout.cli.load import load as load_command
-from gpuscout.cli.options import BillingOption, JsonFlag, RegionOption, RunsOption, WideFlag
+from gpuscout.cli.options import BillingOption, JsonFlag, OutputOption, RegionOption, RunsOption, WideFlag
 from gpuscout.cli.output import console, emit, worded
 from gpuscout.cli.report import report
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record, results_app
@@ -78,12 +78,13 @@ def gpus(as_json: JsonFlag = False) -> None:
 
 
 @app.command()
-def examples() -> None:
+def examples(as_json: JsonFlag = False) -> None:
     """List the example job specs and price sheet shipped with gpuscout, and where they are."""
     from gpuscout import api
-    from gpuscout.report.examples import examples_table
+    from gpuscout.report.examples import examples_payload, examples_table
 
-    console().print(examples_table(api.examples_dir()))
+    folder = api.examples_dir()
+    emit(lambda: examples_payload(folder), lambda: examples_table(folder), as_json)
 
 
 @app.command()
@@ -133,7 +134,7 @@ def estimate(
 
     _one_calibration_choice(calibration, no_calibration)
     with stdio() as io:
-        job = io.read(job, ".toml", "the job spec")
+        job = io.read_job(job)
         report = api.estimate(job, gpus=gpu or (), trace=trace, trace_layers=layers, calibration=calibration,
                               use_calibration=not no_calibration, margin_pct=margin)
     emit(lambda: estimate_payload(report.job, report.screening, report.trace, report.trace_analytic)
@@ -202,7 +203,7 @@ def pick(
 
     _one_calibration_choice(calibration, no_calibration)
     with stdio() as io:
-        job = io.read(job, ".toml", "the job spec")
+        job = io.read_job(job)
         load = io.read_all(load or [], ".json", "--load")
         doctor_result = io.read_all(doctor_result or [], ".json", "--doctor")
         report = api.pick(job, offers=offers, cloud=cloud, deadline=deadline, budget=budget, currency=currency,
@@ -287,7 +288,7 @@ def cost(
 @app.command()
 def bench(
     job: Annotated[str | None, typer.Argument(metavar="JOB", help="Job spec (path or example name).")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here.")] = None,
+    output: OutputOption = None,
     device: Annotated[str, typer.Option(help="auto | cuda | cpu.")] = "auto",
     warmup: Annotated[int, typer.Option(help="Untimed warm-up iterations per case.")] = 2,
     repeats: Annotated[int, typer.Option(help="Timed repeats per case.")] = 5,
@@ -334,7 +335,7 @@ def bench(
     with stdio() as io:  # `-`: the job or --doctor from stdin, `-o -` to stdout (the screen then to stderr)
         output = io.output(output, "bench.json")
         no_json_with_stdout(io, as_json)
-        job = io.read(job, ".toml", "the job spec")
+        job = io.read_job(job)
         doctor_result = io.read(doctor_result, ".json", "--doctor")
         region, billing = api.where_rented(region, billing, offers, offer)
         settings = bench_settings(device=device, warmup=warmup, repeats=repeats, layers=layers, seed=seed, runs=runs,
@@ -413,8 +414,9 @@ def calibrate(
     results: Annotated[list[Path] | None, typer.Argument(metavar="RESULT.json...", help="Bench results measured "
                                                          "on catalog GPUs.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", "--calibration",
-                                                help="Calibration file to merge into and write; default: "
-                                                     "gpuscout/calibration.toml in your config folder.")] = None,
+                                                help="Calibration file to merge into and write (- for stdout); "
+                                                     "default: gpuscout/calibration.toml in your config folder.")] \
+        = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Learn the speed model's efficiency factors from your own bench results, per GPU and phase.
@@ -426,11 +428,13 @@ def calibrate(
     from gpuscout import api
     from gpuscout.report.calibration import calibrate_payload, calibrate_screen
 
-    with stdio() as io:
+    with stdio() as io:  # `-o -`: the calibration TOML to stdout (merged with nothing), the screen to stderr
+        output = io.output(output, "calibration.toml")
+        no_json_with_stdout(io, as_json)
         report = api.calibrate(io.read_all(results or [], ".json", "a result"), output=output)
-    emit(lambda: calibrate_payload(report.calibration, report.skipped, report.output),
-         lambda: calibrate_screen(report.calibration, added=len(report.added), skipped=report.skipped,
-                                  output=report.output), as_json)
+        emit_beside(io, lambda: calibrate_payload(report.calibration, report.skipped, report.output),
+                    lambda: calibrate_screen(report.calibration, added=len(report.added), skipped=report.skipped,
+                                             output=None if io.to_stdout else report.output), as_json)
 
 
 app.command(name="load")(load_command)  # the command lives in cli/load.py (many options of its own)

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from gpuscout.cli.options import JsonFlag
+from gpuscout.cli.options import JsonFlag, OutputOption
 from gpuscout.cli.output import print_json
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record
 from gpuscout.cli.stdio import no_json_with_stdout, stdio
@@ -35,7 +35,7 @@ def doctor(
     folder: Annotated[Path | None, typer.Option("--dir", help="Where the disk and checkpoint checks write "
                                                 "(default: here).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here.")] = None,
+    output: OutputOption = None,
     wide: Annotated[bool, typer.Option("--wide", help="Also list the readings with no band to judge them.")] = False,
     store: StoreOption = None,
     no_store: NoStoreFlag = False,
@@ -56,7 +56,7 @@ def doctor(
     with stdio() as io:  # `-`: --job from stdin; `-o -` writes the result to stdout, the screen to stderr
         output = io.output(output, "doctor.json")
         no_json_with_stdout(io, as_json)
-        report = api.doctor(offers=offers, offer=offer, gpu=gpu, job=io.read(job, ".toml", "the job spec"),
+        report = api.doctor(offers=offers, offer=offer, gpu=gpu, job=io.read_job(job),
                             quick=quick, nproc=nproc, device=device,
                             created_at=parse_time_s(created_at, "--created-at") if created_at else None, url=url,
                             output=output, folder=folder, seed=seed, progress=step_bar("doctor"))

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuscout.cli.options import BillingOption, JsonFlag, RegionOption, RunsOption, WideFlag
+from gpuscout.cli.options import BillingOption, JsonFlag, OutputOption, RegionOption, RunsOption, WideFlag
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record
 from gpuscout.cli.stdio import emit_beside, no_json_with_stdout, stdio
 from gpuscout.report.escape import screen_console
@@ -75,7 +75,7 @@ def load(
     offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet to take --offer from.")] = None,
     offer: Annotated[str | None, typer.Option("--offer", help="Offer id of the server machine.")] = None,
     usd_per_hour: Annotated[float | None, typer.Option(help="Server price, USD per hour.")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here.")] = None,
+    output: OutputOption = None,
     store: StoreOption = None,
     no_store: NoStoreFlag = False,
     wide: WideFlag = False,

@@ -22,7 +22,7 @@ def report(
     sources: Annotated[list[str], typer.Argument(
         metavar="FILE_OR_ID...", help="Outputs of gpuscout: estimate/pick --json, compare --format json, bench or "
                                       "load results, or ids of stored runs (`gpuscout results list`).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write (- for stdout).")],
     title: Annotated[str, typer.Option(help="The page's title.")] = "gpuscout report",
     ttft_p95: Annotated[float | None, typer.Option(help="SLO line on load sweeps: P95 TTFT, s.")] = None,
     tpot_p95: Annotated[float | None, typer.Option(help="SLO line on load sweeps: P95 TPOT, s.")] = None,

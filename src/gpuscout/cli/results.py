@@ -90,7 +90,7 @@ def show(run_id: RunIdArg, store: StoreOption = None,
 
 @results_app.command("export")
 def export(run_id: RunIdArg,
-           output: Annotated[Path, typer.Option("--output", "-o", help="File to write.")],
+           output: Annotated[Path, typer.Option("--output", "-o", help="File to write (- for stdout).")],
            store: StoreOption = None,
            as_json: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False) -> None:
     """Write a stored run to a file: a measurement as the result file -o writes (compare and report read it)."""

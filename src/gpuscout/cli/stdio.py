@@ -2,7 +2,8 @@
 
 The api reads and writes files (atomically, with the checks of `outfile`), so the shell bridges:
 standard input is copied once into a private temporary file named `stdin.<ext>` (so labels read
-"stdin"), and an output of `-` is written to a private temporary file whose bytes are copied to
+"stdin"; a job spec is parsed at once, so its relative paths resolve from the current folder), and an
+output of `-` is written to a private temporary file whose bytes are copied to
 standard output when the command is done. The screen then goes to stderr, so standard output holds
 exactly the file a script asked for.
 """
@@ -55,6 +56,15 @@ class Stdio:
         path = self._dir() / f"stdin{suffix}"
         path.write_bytes(sys.stdin.buffer.read())
         return cast(T, path if isinstance(value, Path) else str(path))
+
+    def read_job(self, value: str | None) -> Any:
+        """The job spec argument, or when it is `-`, the job read from standard input. Its relative paths
+        (a model folder) resolve from the current folder, as a spec that lies nowhere has no folder of its own."""
+        if not is_stdio(value):
+            return value
+        from gpuscout import api
+
+        return api.load_job(self.read(value, ".toml", "the job spec"))
 
     def read_all(self, values: Sequence[T], suffix: str, what: str) -> list[T]:
         return [self.read(v, suffix, what) for v in values]

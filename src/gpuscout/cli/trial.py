@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from gpuscout.cli.options import JsonFlag
 from gpuscout.cli.results import NoStoreFlag, StoreOption
 
 
@@ -43,6 +44,7 @@ def trial(
                                                         "prediction (default: 6 for venv, 1 for current).")] = None,
     store: StoreOption = None,
     no_store: NoStoreFlag = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Run the same small fair test on every candidate: launch, doctor, bench, fetch, tear down, decide.
 
@@ -76,7 +78,7 @@ def trial(
                               install=install,  # type: ignore[arg-type]
                               runs=runs, warmup=warmup, repeats=repeats, seed=seed, device=device, pip_args=pip_args,
                               ssh_targets=targets, setup_minutes=setup_minutes)
-        out = screen_console()
+        out = screen_console(stderr=as_json)  # with --json, stdout holds the decision's JSON alone
         out.print(plan_screen(plan))
         if engine != "local" and not yes:
             if not sys.stdin.isatty():
@@ -94,4 +96,9 @@ def trial(
             err.print(screen)
         else:
             out.print(screen)
+        if as_json:
+            from gpuscout.api.trial_payload import trial_json
+            from gpuscout.cli.output import print_json
+
+            print_json(trial_json(report))
         raise typer.Exit(report.exit_code)
