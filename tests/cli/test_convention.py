@@ -152,3 +152,21 @@ def test_compare_reads_stdin_and_takes_json(tmp_path: Path) -> None:
 def test_json_and_stdout_output_are_refused_together() -> None:
     done = gpuscout("load", "http://127.0.0.1:9", "--model", "M", "-o", "-", "--json")
     assert done.returncode == 1 and "both write to standard output" in done.stderr and done.stdout == ""
+
+
+OTHER_PROGRAMS_FLAGS = {"--no-index", "--find-links"}  # trial --pip-args passes pip's own flags through
+
+
+def test_every_flag_an_option_help_names_exists() -> None:
+    """An option's help that names a flag names one its command has (`cost --help` once sent users to a
+    --budget only pick takes), or another command's, written after that command's name (`pick --load`)."""
+    commands = leaf_commands()
+    names = {part for name, _ in commands for part in name.split()}
+    wrong = []
+    for name, command in commands:
+        flags = {opt for p in command.params for opt in getattr(p, "opts", [])}
+        for param in command.params:
+            for m in re.finditer(r"(?:(\w+) )?(--[a-z][a-z0-9-]*)", getattr(param, "help", None) or ""):
+                if m[2] not in flags and m[1] not in names and m[2] not in OTHER_PROGRAMS_FLAGS:
+                    wrong.append(f"{name} {param.opts[0] if param.opts else param.name}: {m[0]}")
+    assert wrong == []

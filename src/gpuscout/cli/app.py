@@ -51,6 +51,8 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_versio
     """Which rented GPU finishes your job for the least total money. Start with `gpuscout estimate`."""
 
 CurrencyOption = Annotated[str | None, typer.Option(
+    "--currency", help="Show amounts in this ISO currency, e.g. CNY; needs a rate for it (--fx or the sheet).")]
+PickCurrencyOption = Annotated[str | None, typer.Option(  # only pick takes a --budget
     "--currency", help="Show amounts (and read --budget) in this ISO currency, e.g. CNY; needs a rate for it.")]
 FxOption = Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit, e.g. CNY=0.14.")]
 KeepStoppedOption = Annotated[float, typer.Option(
@@ -152,7 +154,7 @@ def pick(
     cloud: Annotated[str | None, typer.Option(help="Cloud of a SkyPilot vms.csv (default: its folder).")] = None,
     deadline: Annotated[str | None, typer.Option(help="Exclude offers slower than this, e.g. 12h.")] = None,
     budget: Annotated[float | None, typer.Option(help="Exclude offers dearer than this (in --currency).")] = None,
-    currency: CurrencyOption = None,
+    currency: PickCurrencyOption = None,
     fx: FxOption = None,
     keep_stopped_days: KeepStoppedOption = 0.0,
     egress_gb: Annotated[float, typer.Option(help="Data moved out of the machine, GB.")] = 0.0,
