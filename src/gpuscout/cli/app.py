@@ -22,6 +22,7 @@ from gpuscout.cli.options import BillingOption, JsonFlag, OutputOption, RegionOp
 from gpuscout.cli.output import console, emit, worded
 from gpuscout.cli.report import report
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record, results_app
+from gpuscout.cli.spec import spec
 from gpuscout.cli.stdio import emit_beside, no_json_with_stdout, stdio
 from gpuscout.cli.trial import trial
 from gpuscout.errors import GpuscoutError
@@ -459,6 +460,7 @@ def probe(
 
 
 app.command()(report)  # cli/report.py
+app.command()(spec)  # cli/spec.py
 app.command()(trial)  # cli/trial.py
 app.add_typer(results_app)  # cli/results.py
 

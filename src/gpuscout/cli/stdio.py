@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from gpuscout.errors import SpecError
 
@@ -55,7 +55,7 @@ class Stdio:
         self._stdin_read = True
         path = self._dir() / f"stdin{suffix}"
         path.write_bytes(sys.stdin.buffer.read())
-        return cast(T, path if isinstance(value, Path) else str(path))
+        return path if isinstance(value, Path) else str(path)  # type: ignore[return-value]
 
     def read_job(self, value: str | None) -> Any:
         """The job spec argument, or when it is `-`, the job read from standard input. Its relative paths
