@@ -170,3 +170,20 @@ def test_every_flag_an_option_help_names_exists() -> None:
                 if m[2] not in flags and m[1] not in names and m[2] not in OTHER_PROGRAMS_FLAGS:
                     wrong.append(f"{name} {param.opts[0] if param.opts else param.name}: {m[0]}")
     assert wrong == []
+
+
+def test_a_stored_run_goes_through_pipes_export_to_report(tmp_path: Path) -> None:
+    """`results export ID -o -` writes the result file to stdout; `report - -o -` reads it from stdin and
+    writes the page to stdout: neither leaves a file named '-'."""
+    store = str(tmp_path / "runs.sqlite")
+    with serve_in_thread(refusing_every_request()) as srv:
+        done = gpuscout("load", srv.url, "--model", "M", "--concurrency", "2", "--requests", "6", "--runs", "1",
+                        "--output-tokens", "4", "--store", store, env={"OPENAI_API_KEY": "the-right-key"})
+    assert done.returncode == 0, done.stderr
+    exported = gpuscout("results", "export", "1", "-o", "-", "--store", store, cwd=tmp_path)
+    assert exported.returncode == 0, exported.stderr
+    assert json.loads(exported.stdout)["kind"] == "load"
+    page = gpuscout("report", "-", "-o", "-", stdin=exported.stdout, cwd=tmp_path)
+    assert page.returncode == 0, page.stderr
+    assert page.stdout.startswith("<!DOCTYPE html>") and "concurrency 2" in page.stdout
+    assert not (tmp_path / "-").exists()
