@@ -109,7 +109,7 @@ def test_pick_ranks_the_example_sheet() -> None:
 def test_pick_deadline_and_budget_exclude_with_reasons() -> None:
     out = run("pick", str(EXAMPLES / "llama3-8b-qlora.toml"), "--offers", str(EXAMPLES / "prices.example.toml"),
               "--deadline", "1h", "--budget", "10", "--json")
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 4, out.stderr  # every offer excluded: no admissible option (docs/design.md §4)
     reasons = [r["excluded"] for r in json.loads(out.stdout)["pick"]["rows"] if r["excluded"]]
     assert any("deadline" in r for r in reasons) and any("budget" in r for r in reasons)
 

@@ -151,7 +151,8 @@ def test_a_throttled_side_is_flagged_on_every_format_and_blocks_the_winner(tmp_p
     md = run(a, b, "--format", "md").stdout
     assert "**⚠ B: train, run 3: thermal throttling" in md and "No winner: the telemetry shows B disturbed" in md
     table = run(a, b)
-    assert table.returncode == 0 and "Telemetry: disturbed while measuring" in table.stdout
+    # no verdict: exit 4, as for every decision with no admissible option (docs/design.md §4)
+    assert table.returncode == 4 and "Telemetry: disturbed while measuring" in table.stdout
     allowed = json.loads(run(a, b, "--format", "json", "--allow-diff").stdout)["verdict"]
     assert allowed["winner"] == "A" and allowed["text"].startswith("Caution")
 

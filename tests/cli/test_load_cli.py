@@ -62,13 +62,16 @@ def test_runs_are_interleaved_merged_per_level_and_record_region_and_billing(tmp
         assert [len(r.samples) for r in ttft.runs] == [6, 6]
     assert (result.fixed.region, result.fixed.billing) == ("us-east-1", "spot")
     compared = gpuscout("compare", str(out), str(out), "--format", "json")
-    assert compared.returncode == 0, compared.stderr
-    assert json.loads(compared.stdout)["verdict"]["winner"] is None
+    verdict = json.loads(compared.stdout)["verdict"]
+    assert verdict["winner"] is None
+    # a run against itself: no difference (exit 0), or too noisy to say on a busy machine (no verdict: 4)
+    assert compared.returncode == {"no difference": 0, "inconclusive": 4}[verdict["outcome"]], compared.stderr
 
 
 def test_table_output_and_a_refused_url(tmp_path: Path) -> None:
     done = gpuscout("load", "http://127.0.0.1:9", "--model", "M", "--requests", "3")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 5, done.stderr  # every request failed: the run measured nothing
+    assert "ok/sent" in done.stdout  # the table is still printed, with what failed
     assert "every request failed to connect" in done.stderr and "Traceback" not in done.stderr
 
 

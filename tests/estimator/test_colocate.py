@@ -192,7 +192,7 @@ def test_pick_ranks_a_co_served_job_and_costs_every_models_requests() -> None:
     ({}, {"engine": "hf"}, ["co_served[0]", "engine"]),
     ({"engine": "hf"}, {}, ["co_served needs engine", "vllm"]),
     ({}, {"concurrency": 0}, ["co_served.0.concurrency"]),
-    ({}, {"modle": "x"}, ["co_served.0.modle", "unknown key"]),
+    ({}, {"modle": "x"}, ["unknown field 'modle' in [[co_served]]: did you mean 'model'?"]),
 ])
 def test_bad_co_served_specs_name_the_problem(main: dict[str, Any], other: dict[str, Any], words: list[str]) -> None:
     with pytest.raises(SpecError) as err:

@@ -75,14 +75,25 @@ SCREENS: dict[str, Callable[[], RenderableType]] = {
     "compare": _compare,
     "bench": lambda: bench_screen(samples.bench_demo(), None, Path("results/demo-h100.json")),
     "load": _load,
+    "load-rates": lambda: _load_rates(),
     "cost": _cost,
     "offers-list": _offers_list,
+    "pick-wide": lambda: _pick(wide=True),  # wide keeps the default's layout: it reads at 80 columns too
 }
 # `--wide` is for wide terminals: its extra columns are checked at 160 columns only.
 WIDE_SCREENS: dict[str, Callable[[], RenderableType]] = {
     "estimate-wide": _estimate(samples.estimate_default, wide=True),
-    "pick-wide": lambda: _pick(wide=True),
+    "load-rates-wide": lambda: _load_rates(wide=True),
 }
+
+
+def _load_rates(wide: bool = False) -> RenderableType:
+    """The load demo's levels named as open-loop levels are ("gamma 12.5 rps, k=0.5"): each name on one line."""
+    result, costs, search = samples.load_demo()
+    names = ("gamma 12.5 rps, k=0.5", "poisson 120 rps")
+    cases = tuple(c.model_copy(update={"name": n}) for c, n in zip(result.cases, names, strict=True))
+    return load_screen(result.model_copy(update={"cases": cases}), output=None, costs=costs, search=search,
+                       wide=wide)
 
 
 # The default pick of bundled examples at 80 columns: bands, overlap marks, the trial advice (needed or

@@ -19,10 +19,12 @@ import typer
 from gpuscout.cli.doctor import doctor
 from gpuscout.cli.load import load as load_command
 from gpuscout.cli.offers import offers_app
-from gpuscout.cli.options import BillingOption, JsonFlag, RegionOption, RunsOption, WideFlag
+from gpuscout.cli.options import BillingOption, JsonFlag, OutputOption, RegionOption, RunsOption, WideFlag
 from gpuscout.cli.output import console, emit, worded
 from gpuscout.cli.report import report
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record, results_app
+from gpuscout.cli.spec import spec
+from gpuscout.cli.stdio import emit_beside, no_json_with_stdout, stdio
 from gpuscout.cli.trial import trial
 from gpuscout.errors import GpuscoutError
 from gpuscout.report.escape import printable, screen_console
@@ -36,7 +38,23 @@ app = typer.Typer(
 )
 app.command()(doctor)
 
+
+def _version(shown: bool) -> None:
+    if shown:
+        from gpuscout.host import package_version
+
+        sys.stdout.write(f"gpuscout {package_version('gpuscout') or 'unknown (not installed)'}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                   help="Print gpuscout's version and exit.")] = False) -> None:
+    """Which rented GPU finishes your job for the least total money. Start with `gpuscout estimate`."""
+
 CurrencyOption = Annotated[str | None, typer.Option(
+    "--currency", help="Show amounts in this ISO currency, e.g. CNY; needs a rate for it (--fx or the sheet).")]
+PickCurrencyOption = Annotated[str | None, typer.Option(  # only pick takes a --budget
     "--currency", help="Show amounts (and read --budget) in this ISO currency, e.g. CNY; needs a rate for it.")]
 FxOption = Annotated[list[str] | None, typer.Option("--fx", help="Exchange rate CCY=USD per unit, e.g. CNY=0.14.")]
 KeepStoppedOption = Annotated[float, typer.Option(
@@ -64,12 +82,13 @@ def gpus(as_json: JsonFlag = False) -> None:
 
 
 @app.command()
-def examples() -> None:
+def examples(as_json: JsonFlag = False) -> None:
     """List the example job specs and price sheet shipped with gpuscout, and where they are."""
     from gpuscout import api
-    from gpuscout.report.examples import examples_table
+    from gpuscout.report.examples import examples_payload, examples_table
 
-    console().print(examples_table(api.examples_dir()))
+    folder = api.examples_dir()
+    emit(lambda: examples_payload(folder), lambda: examples_table(folder), as_json)
 
 
 @app.command()
@@ -118,8 +137,10 @@ def estimate(
     from gpuscout.report.payload import estimate_payload
 
     _one_calibration_choice(calibration, no_calibration)
-    report = api.estimate(job, gpus=gpu or (), trace=trace, trace_layers=layers, calibration=calibration,
-                          use_calibration=not no_calibration, margin_pct=margin)
+    with stdio() as io:
+        job = io.read_job(job)
+        report = api.estimate(job, gpus=gpu or (), trace=trace, trace_layers=layers, calibration=calibration,
+                              use_calibration=not no_calibration, margin_pct=margin)
     emit(lambda: estimate_payload(report.job, report.screening, report.trace, report.trace_analytic,
                                   report.capacities)
          | calibration_payload(report.calibration, report.calibration_path),
@@ -138,7 +159,7 @@ def pick(
     cloud: Annotated[str | None, typer.Option(help="Cloud of a SkyPilot vms.csv (default: its folder).")] = None,
     deadline: Annotated[str | None, typer.Option(help="Exclude offers slower than this, e.g. 12h.")] = None,
     budget: Annotated[float | None, typer.Option(help="Exclude offers dearer than this (in --currency).")] = None,
-    currency: CurrencyOption = None,
+    currency: PickCurrencyOption = None,
     fx: FxOption = None,
     keep_stopped_days: KeepStoppedOption = 0.0,
     egress_gb: Annotated[float, typer.Option(help="Data moved out of the machine, GB.")] = 0.0,
@@ -188,15 +209,20 @@ def pick(
     from gpuscout.report.pick import explain_screen, pick_screen
 
     _one_calibration_choice(calibration, no_calibration)
-    report = api.pick(job, offers=offers or None, cloud=cloud, deadline=deadline, budget=budget, currency=currency,
-                      fx=fx or (), options=cost_options(egress_gb=egress_gb, failed_attempts=failed_attempts, seed=seed,
-                                                        keep_stopped_days=keep_stopped_days),
-                      as_written=as_written, dataset_gb=dataset_gb, dataset_region=dataset_region,
-                      dataset_url=dataset_url, dataset_egress_per_gb=dataset_egress_per_gb, dataset_gbps=dataset_gbps,
-                      calibration=calibration, use_calibration=not no_calibration, load_results=load or (),
-                      target_rps=target_rps, doctor_results=doctor_result or (),
-                      include_placeholders=include_placeholders, interruptions_per_hour=interruptions_per_hour,
-                      spot_advisor=spot_advisor, margin_pct=margin)
+    with stdio() as io:
+        job = io.read_job(job)
+        load = io.read_all(load or [], ".json", "--load")
+        doctor_result = io.read_all(doctor_result or [], ".json", "--doctor")
+        report = api.pick(job, offers=offers or None, cloud=cloud, deadline=deadline, budget=budget, currency=currency,
+                          fx=fx or (), options=cost_options(egress_gb=egress_gb, failed_attempts=failed_attempts,
+                                                            seed=seed, keep_stopped_days=keep_stopped_days),
+                          as_written=as_written, dataset_gb=dataset_gb, dataset_region=dataset_region,
+                          dataset_url=dataset_url, dataset_egress_per_gb=dataset_egress_per_gb,
+                          dataset_gbps=dataset_gbps,
+                          calibration=calibration, use_calibration=not no_calibration, load_results=load or (),
+                          target_rps=target_rps, doctor_results=doctor_result or (),
+                          include_placeholders=include_placeholders, interruptions_per_hour=interruptions_per_hour,
+                          spot_advisor=spot_advisor, margin_pct=margin)
     payload = pick_payload(report.job, report.pick, report.offers_notes) | calibration_payload(
         report.calibration, report.calibration_path)
     if explain is not None:  # an unknown id is a user error before anything is recorded
@@ -206,6 +232,15 @@ def pick(
          lambda: explain_screen(report.pick, explain) if explain is not None else
          pick_screen(report.pick, report.offers_notes, wide=wide, top=top, calibration=report.calibration),
          as_json)
+    from gpuscout.api.exit_codes import pick_exit_code
+
+    _exit_with(pick_exit_code(report.pick))
+
+
+def _exit_with(code: int) -> None:
+    """End the command with `code` (docs/design.md §4, the exit-code table) when it is not 0."""
+    if code:
+        raise typer.Exit(code)
 
 
 def _one_calibration_choice(calibration: Path | None, no_calibration: bool) -> None:
@@ -261,7 +296,7 @@ def cost(
 @app.command()
 def bench(
     job: Annotated[str | None, typer.Argument(metavar="JOB", help="Job spec (path or example name).")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here.")] = None,
+    output: OutputOption = None,
     device: Annotated[str, typer.Option(help="auto | cuda | cpu.")] = "auto",
     warmup: Annotated[int, typer.Option(help="Untimed warm-up iterations per case.")] = 2,
     repeats: Annotated[int, typer.Option(help="Timed repeats per case.")] = 5,
@@ -290,6 +325,7 @@ def bench(
     stderr and the command exits 128 + the signal (130 for Ctrl-C).
     """
     from gpuscout import api
+    from gpuscout.api.exit_codes import measured_exit_code
     from gpuscout.errors import SpecError
     from gpuscout.measure.harness import bench_settings
     from gpuscout.report.bench import bench_screen
@@ -304,19 +340,26 @@ def bench(
     if dataset is not None and not dataset.is_file():
         raise SpecError(f"No dataset file at {dataset}.", "--dataset names the data to feed the model.",
                         'Pass a JSON Lines file with a "text" field per line, or a plain-text file.')
-    region, billing = api.where_rented(region, billing, offers, offer)
-    settings = bench_settings(device=device, warmup=warmup, repeats=repeats, layers=layers, seed=seed, runs=runs,
-                              region=region, billing=billing, dataset=str(dataset.resolve()) if dataset else None,
-                              created_at=parse_time_s(created_at, "--created-at") if created_at else None)
-    report = api.bench(job, settings=settings, probe=probe, output=output, progress=step_bar("bench"),
-                       doctor=doctor_result)
-    payload = bench_payload(report.result, report.estimate)
-    stored = record("bench", payload, store=store, no_store=no_store)
-    screen = bench_screen(report.result, report.estimate, report.output, wide=wide, stored_as=stored)
-    if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
-        screen_console(stderr=True).print(screen)
-        raise typer.Exit(128 + report.stopped_by)
-    emit(lambda: payload, lambda: screen, as_json)
+    with stdio() as io:  # `-`: the job or --doctor from stdin, `-o -` to stdout (the screen then to stderr)
+        output = io.output(output, "bench.json")
+        no_json_with_stdout(io, as_json)
+        job = io.read_job(job)
+        doctor_result = io.read(doctor_result, ".json", "--doctor")
+        region, billing = api.where_rented(region, billing, offers, offer)
+        settings = bench_settings(device=device, warmup=warmup, repeats=repeats, layers=layers, seed=seed, runs=runs,
+                                  region=region, billing=billing, dataset=str(dataset.resolve()) if dataset else None,
+                                  created_at=parse_time_s(created_at, "--created-at") if created_at else None)
+        report = api.bench(job, settings=settings, probe=probe, output=output, progress=step_bar("bench"),
+                           doctor=doctor_result)
+        payload = bench_payload(report.result, report.estimate)
+        stored = record("bench", payload, store=store, no_store=no_store)
+        screen = bench_screen(report.result, report.estimate, None if io.to_stdout else report.output, wide=wide,
+                              stored_as=stored)
+        if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
+            screen_console(stderr=True).print(screen)
+            raise typer.Exit(128 + report.stopped_by)
+        emit_beside(io, lambda: payload, lambda: screen, as_json)
+    _exit_with(measured_exit_code(report.result))
 
 
 @app.command()
@@ -325,7 +368,7 @@ def compare(
                                                   "(files, or ids of stored runs).")],
     offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet: total job cost per machine.")] = None,
     offer: Annotated[list[str] | None, typer.Option("--offer", help="Offer id per result, in order.")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="table | md | json.")] = "table",
+    fmt: Annotated[str, typer.Option("--format", help="table | md | json (--json is json).")] = "table",
     allow_diff: Annotated[bool, typer.Option("--allow-diff", help="Compare although fixed variables differ.")] = False,
     fx: FxOption = None,
     currency: CurrencyOption = None,
@@ -335,6 +378,7 @@ def compare(
     noise_floor: Annotated[float, typer.Option(help="With one run on a side, smaller differences name no winner.")]
     = 0.25,
     wide: WideFlag = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Compare results side by side: fairness check, ratios with 95% CIs, cost per job, and a verdict.
 
@@ -343,26 +387,34 @@ def compare(
     of at least --min-effect, and, when a side ran once, at least --noise-floor.
     """
     from gpuscout import api
+    from gpuscout.api.exit_codes import compare_exit_code
     from gpuscout.errors import SpecError
     from gpuscout.report.compare import render_json, render_markdown, render_table
     from gpuscout.results.ratios import compare_options
 
     renderers: dict[str, Callable[..., Any]] = {"table": partial(render_table, wide=wide), "md": render_markdown,
                                                 "json": render_json}
+    if as_json and fmt not in ("table", "json"):
+        raise SpecError(f"--json and --format {fmt} ask for two formats.", "compare prints one.",
+                        "Pass --json (the same as --format json) or --format, not both.")
+    fmt = "json" if as_json else fmt
     if fmt not in renderers:
         raise SpecError(f"Unknown format {fmt!r}.", "compare writes a rich table, Markdown or JSON.",
                         "Use --format table, md or json.")
     from gpuscout.cost.billing import cost_options
 
-    report = api.compare(results, offers=offers, offer_ids=offer or (), allow_diff=allow_diff, fx=fx or (),
+    with stdio() as io:
+        results = io.read_all(results, ".json", "a result")
+        report = api.compare(results, offers=offers, offer_ids=offer or (), allow_diff=allow_diff, fx=fx or (),
                          options=compare_options(min_effect=min_effect, noise_floor=noise_floor), currency=currency,
-                         cost_options=cost_options(keep_stopped_days=keep_stopped_days), store=store)
+                             cost_options=cost_options(keep_stopped_days=keep_stopped_days), store=store)
     out = renderers[fmt](report.comparison, report.verdict, report.costs, notes=report.warnings, rates=report.rates,
                          currency=report.currency)
     if isinstance(out, str):
         sys.stdout.write(printable(out if out.endswith("\n") else out + "\n"))
     else:
         console().print(out)
+    _exit_with(compare_exit_code(report.verdict))
 
 
 @app.command()
@@ -370,8 +422,9 @@ def calibrate(
     results: Annotated[list[Path] | None, typer.Argument(metavar="RESULT.json...", help="Bench results measured "
                                                          "on catalog GPUs.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", "--calibration",
-                                                help="Calibration file to merge into and write; default: "
-                                                     "gpuscout/calibration.toml in your config folder.")] = None,
+                                                help="Calibration file to merge into and write (- for stdout); "
+                                                     "default: gpuscout/calibration.toml in your config folder.")] \
+        = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Learn the speed model's efficiency factors from your own bench results, per GPU and phase.
@@ -383,10 +436,13 @@ def calibrate(
     from gpuscout import api
     from gpuscout.report.calibration import calibrate_payload, calibrate_screen
 
-    report = api.calibrate(results or [], output=output)
-    emit(lambda: calibrate_payload(report.calibration, report.skipped, report.output),
-         lambda: calibrate_screen(report.calibration, added=len(report.added), skipped=report.skipped,
-                                  output=report.output), as_json)
+    with stdio() as io:  # `-o -`: the calibration TOML to stdout (merged with nothing), the screen to stderr
+        output = io.output(output, "calibration.toml")
+        no_json_with_stdout(io, as_json)
+        report = api.calibrate(io.read_all(results or [], ".json", "a result"), output=output)
+        emit_beside(io, lambda: calibrate_payload(report.calibration, report.skipped, report.output),
+                    lambda: calibrate_screen(report.calibration, added=len(report.added), skipped=report.skipped,
+                                             output=None if io.to_stdout else report.output), as_json)
 
 
 app.command(name="load")(load_command)  # the command lives in cli/load.py (many options of its own)
@@ -409,6 +465,7 @@ def probe(
 
 
 app.command()(report)  # cli/report.py
+app.command()(spec)  # cli/spec.py
 app.command()(trial)  # cli/trial.py
 app.add_typer(results_app)  # cli/results.py
 app.add_typer(offers_app)  # cli/offers.py

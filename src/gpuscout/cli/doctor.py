@@ -11,9 +11,10 @@ from typing import Annotated
 
 import typer
 
-from gpuscout.cli.options import JsonFlag
+from gpuscout.cli.options import JsonFlag, OutputOption
 from gpuscout.cli.output import print_json
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record
+from gpuscout.cli.stdio import no_json_with_stdout, stdio
 from gpuscout.report.escape import screen_console
 
 
@@ -34,7 +35,7 @@ def doctor(
     folder: Annotated[Path | None, typer.Option("--dir", help="Where the disk and checkpoint checks write "
                                                 "(default: here).")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the random inputs.")] = 0,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here.")] = None,
+    output: OutputOption = None,
     wide: Annotated[bool, typer.Option("--wide", help="Also list the readings with no band to judge them.")] = False,
     store: StoreOption = None,
     no_store: NoStoreFlag = False,
@@ -52,16 +53,20 @@ def doctor(
     from gpuscout.report.progress import step_bar
     from gpuscout.units import parse_time_s
 
-    report = api.doctor(offers=offers, offer=offer, gpu=gpu, job=job, quick=quick, nproc=nproc, device=device,
-                        created_at=parse_time_s(created_at, "--created-at") if created_at else None, url=url,
-                        output=output, folder=folder, seed=seed, progress=step_bar("doctor"))
-    stored = record("doctor", report.result.model_dump(mode="json"), store=store, no_store=no_store)
-    screen = doctor_screen(report.result, report.output, wide=wide, stored_as=stored)
-    if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
-        screen_console(stderr=True).print(screen)
+    with stdio() as io:  # `-`: --job from stdin; `-o -` writes the result to stdout, the screen to stderr
+        output = io.output(output, "doctor.json")
+        no_json_with_stdout(io, as_json)
+        report = api.doctor(offers=offers, offer=offer, gpu=gpu, job=io.read_job(job),
+                            quick=quick, nproc=nproc, device=device,
+                            created_at=parse_time_s(created_at, "--created-at") if created_at else None, url=url,
+                            output=output, folder=folder, seed=seed, progress=step_bar("doctor"))
+        stored = record("doctor", report.result.model_dump(mode="json"), store=store, no_store=no_store)
+        screen = doctor_screen(report.result, None if io.to_stdout else report.output, wide=wide, stored_as=stored)
+        if report.stopped_by is not None or io.to_stdout:  # stopped: what finished is written, 128 + the signal
+            screen_console(stderr=True).print(screen)
+            raise typer.Exit(report.exit_code)
+        if as_json:
+            print_json({**report.result.model_dump(mode="json"), "exit_code": report.exit_code})
+        else:
+            screen_console().print(screen)
         raise typer.Exit(report.exit_code)
-    if as_json:
-        print_json({**report.result.model_dump(mode="json"), "exit_code": report.exit_code})
-    else:
-        screen_console().print(screen)
-    raise typer.Exit(report.exit_code)

@@ -13,9 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuscout.cli.options import BillingOption, JsonFlag, RegionOption, RunsOption, WideFlag
-from gpuscout.cli.output import emit
+from gpuscout.cli.options import BillingOption, JsonFlag, OutputOption, RegionOption, RunsOption, WideFlag
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record
+from gpuscout.cli.stdio import emit_beside, no_json_with_stdout, stdio
 from gpuscout.report.escape import screen_console
 
 
@@ -75,7 +75,7 @@ def load(
     offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet to take --offer from.")] = None,
     offer: Annotated[str | None, typer.Option("--offer", help="Offer id of the server machine.")] = None,
     usd_per_hour: Annotated[float | None, typer.Option(help="Server price, USD per hour.")] = None,
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here.")] = None,
+    output: OutputOption = None,
     store: StoreOption = None,
     no_store: NoStoreFlag = False,
     wide: WideFlag = False,
@@ -92,8 +92,6 @@ def load(
     """
     from gpuscout import api
     from gpuscout.loadgen.plan import make_plan, parse_levels
-    from gpuscout.report.load import load_progress, load_screen, load_warnings, replay_notice
-    from gpuscout.report.payload import load_payload
     from gpuscout.units import parse_duration_s
     from gpuscout.workload.job import Slo
 
@@ -111,7 +109,23 @@ def load(
                      turns=turns, think_s=think, trace=trace, speedup=speedup, sharegpt=sharegpt,
                      multi_turn=multi_turn, metrics_url=metrics_url, workers=workers, image_size=image_size,
                      server_gpu=server_gpu, server_gpus=server_gpus)
+    with stdio() as io:  # `-o -`: the result JSON to stdout, the screen to stderr
+        _measure(io, plan, output=output, offers=offers, offer=offer, usd_per_hour=usd_per_hour, slo=slo, store=store,
+                 no_store=no_store, wide=wide, as_json=as_json)
+
+
+def _measure(io: Any, plan: Any, *, output: Path | None, offers: Path | None, offer: str | None,
+             usd_per_hour: float | None, slo: Any, store: Path | None, no_store: bool, wide: bool,
+             as_json: bool) -> None:
+    """Run the plan, record it, print it, and end with its exit code (docs/design.md §4)."""
+    from gpuscout import api
+    from gpuscout.api.exit_codes import measured_exit_code
+    from gpuscout.report.load import load_progress, load_screen, load_warnings, replay_notice
+    from gpuscout.report.payload import load_payload
+
     err = screen_console(stderr=True)
+    output = io.output(output, "load.json")
+    no_json_with_stdout(io, as_json)
     report = api.load(plan, output=output, offers=offers, offer=offer, usd_per_hour=usd_per_hour,
                       progress=load_progress if sys.stderr.isatty() else None,
                       on_replay=lambda span: err.print(replay_notice(span), highlight=False))
@@ -121,7 +135,8 @@ def load(
         record("load", payload, store=store, no_store=no_store)
 
     def screen() -> Any:
-        return load_screen(report.result, output=report.output, costs=report.costs, search=report.search, wide=wide)
+        return load_screen(report.result, output=None if io.to_stdout else report.output, costs=report.costs,
+                           search=report.search, wide=wide)
 
     if report.stopped_by is not None:  # what finished is written; the shell sees 128 + the signal
         if report.result.cases:
@@ -129,4 +144,8 @@ def load(
         else:
             err.print("interrupted before any request finished: nothing was written", highlight=False)
         raise typer.Exit(128 + report.stopped_by)
-    emit(lambda: payload, screen, as_json)
+    emit_beside(io, lambda: payload, screen, as_json)
+    code = measured_exit_code(report.result)
+    if code:
+        err.print("every request failed: this run measured nothing (see the errors above)", highlight=False)
+        raise typer.Exit(code)

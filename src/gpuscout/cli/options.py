@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -11,3 +12,4 @@ WideFlag = Annotated[bool, typer.Option("--wide", help="Every column, however wi
 RunsOption = Annotated[int, typer.Option(help="Independent runs of every case, interleaved (fresh processes).")]
 RegionOption = Annotated[str | None, typer.Option(help="Region the machine was rented in (a fixed variable).")]
 BillingOption = Annotated[str | None, typer.Option(help="Billing type: on-demand, spot, reserved … (fixed).")]
+OutputOption = Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here (- for stdout).")]

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from gpuscout.cli.results import StoreOption
+from gpuscout.cli.stdio import stdio
 from gpuscout.report.escape import screen_console
 
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ def report(
     sources: Annotated[list[str], typer.Argument(
         metavar="FILE_OR_ID...", help="Outputs of gpuscout: estimate/pick --json, compare --format json, bench or "
                                       "load results, or ids of stored runs (`gpuscout results list`).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The HTML file to write (- for stdout).")],
     title: Annotated[str, typer.Option(help="The page's title.")] = "gpuscout report",
     ttft_p95: Annotated[float | None, typer.Option(help="SLO line on load sweeps: P95 TTFT, s.")] = None,
     tpot_p95: Annotated[float | None, typer.Option(help="SLO line on load sweeps: P95 TPOT, s.")] = None,
@@ -35,17 +36,24 @@ def report(
     (all results on the same axes) and, for sweeps, latency against throughput with the SLO lines.
     """
     from gpuscout import api
+    from gpuscout.errors import SpecError
     from gpuscout.host import package_version
     from gpuscout.outfile import check_output_path, write_atomic
     from gpuscout.report.html.page import render_report
 
-    path = check_output_path(output, "report")
-    inputs = api.report_inputs(sources, store=store)
-    slo = _slo(ttft_p95, tpot_p95)
-    start = time.perf_counter()
-    rendered = render_report(inputs.documents, title=title, slo=slo, version=package_version("gpuscout") or "")
-    render_s = time.perf_counter() - start
-    write_atomic(path, rendered.html, what="report")
+    with stdio() as io:  # `-`: a source from stdin; `-o -` writes the page to stdout
+        path = check_output_path(io.output(output, "report.html") or output, "report")
+        inputs = api.report_inputs(io.read_all(sources, ".json", "a source"), store=store)
+        slo = _slo(ttft_p95, tpot_p95)
+        start = time.perf_counter()
+        rendered = render_report(inputs.documents, title=title, slo=slo, version=package_version("gpuscout") or "")
+        render_s = time.perf_counter() - start
+        write_atomic(path, rendered.html, what="report")
+        if io.to_stdout:
+            if as_json:
+                raise SpecError("--json and -o - both write to standard output.", "Standard output can hold one "
+                                "document.", "Drop --json, or write the report to a file.")
+            return
     size = len(rendered.html.encode())
     if as_json:
         sys.stdout.write(json.dumps({"output": str(path), "bytes": size, "plots": rendered.plots,

@@ -90,13 +90,19 @@ def show(run_id: RunIdArg, store: StoreOption = None,
 
 @results_app.command("export")
 def export(run_id: RunIdArg,
-           output: Annotated[Path, typer.Option("--output", "-o", help="File to write.")],
+           output: Annotated[Path, typer.Option("--output", "-o", help="File to write (- for stdout).")],
            store: StoreOption = None,
            as_json: Annotated[bool, typer.Option("--json", help="Print what was written as JSON.")] = False) -> None:
     """Write a stored run to a file: a measurement as the result file -o writes (compare and report read it)."""
     from gpuscout import api
+    from gpuscout.cli.stdio import no_json_with_stdout, stdio
 
-    path = api.export_result(run_id, output, store=store)
+    with stdio() as io:  # `-o -`: the file's bytes to stdout
+        written = io.output(output, f"run-{run_id}.json") or output
+        no_json_with_stdout(io, as_json)
+        path = api.export_result(run_id, written, store=store)
+        if io.to_stdout:
+            return
     if as_json:
         print_json({"run": run_id, "output": str(path), "bytes": path.stat().st_size})
     else:

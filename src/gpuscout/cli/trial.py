@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from gpuscout.cli.options import JsonFlag
 from gpuscout.cli.results import NoStoreFlag, StoreOption
 
 
@@ -43,6 +44,7 @@ def trial(
                                                         "prediction (default: 6 for venv, 1 for current).")] = None,
     store: StoreOption = None,
     no_store: NoStoreFlag = False,
+    as_json: JsonFlag = False,
 ) -> None:
     """Run the same small fair test on every candidate: launch, doctor, bench, fetch, tear down, decide.
 
@@ -68,27 +70,35 @@ def trial(
                             "Pass e.g. --ssh lambda-h100=ubuntu@203.0.113.7:22, once per candidate.")
         targets[offer_id] = target
     chosen = [c.strip() for c in candidates.split(",") if c.strip()] if candidates else []
-    plan = api.plan_trial(job, offers=offers, candidates=chosen, top=top, engine=engine, max_usd=max_usd,
-                          budget_minutes=budget_minutes, output=output,
-                          install=install,  # type: ignore[arg-type]
-                          runs=runs, warmup=warmup, repeats=repeats, seed=seed, device=device, pip_args=pip_args,
-                          ssh_targets=targets, setup_minutes=setup_minutes)
-    out = screen_console()
-    out.print(plan_screen(plan))
-    if engine != "local" and not yes:
-        if not sys.stdin.isatty():
-            raise SpecError("The trial was not confirmed.", "It rents or uses billed boxes, and no terminal can "
-                            "answer the question.", "Pass --yes to launch without asking.")
-        if not typer.confirm("Launch the trial?", default=False):
-            out.print("not launched: nothing was rented")
-            raise typer.Exit(1)
-    err = screen_console(stderr=True)
-    report = api.run_trial(plan, on_event=lambda text: err.print(f"trial: {text}", markup=False,
-                                                                   highlight=False),
-                           store=store, no_store=no_store)
-    screen = decision_screen(report)
-    if report.run.stopped_by is not None:
-        err.print(screen)
-    else:
-        out.print(screen)
-    raise typer.Exit(report.exit_code)
+    from gpuscout.cli.stdio import stdio
+
+    with stdio() as io:  # the job spec may come from stdin (`-`); the file lives until the trial ends
+        plan = api.plan_trial(io.read(job, ".toml", "the job spec"), offers=offers, candidates=chosen, top=top,
+                              engine=engine, max_usd=max_usd, budget_minutes=budget_minutes, output=output,
+                              install=install,  # type: ignore[arg-type]
+                              runs=runs, warmup=warmup, repeats=repeats, seed=seed, device=device, pip_args=pip_args,
+                              ssh_targets=targets, setup_minutes=setup_minutes)
+        out = screen_console(stderr=as_json)  # with --json, stdout holds the decision's JSON alone
+        out.print(plan_screen(plan))
+        if engine != "local" and not yes:
+            if not sys.stdin.isatty():
+                raise SpecError("The trial was not confirmed.", "It rents or uses billed boxes, and no terminal can "
+                                "answer the question.", "Pass --yes to launch without asking.")
+            if not typer.confirm("Launch the trial?", default=False):
+                out.print("not launched: nothing was rented")
+                raise typer.Exit(1)
+        err = screen_console(stderr=True)
+        report = api.run_trial(plan, on_event=lambda text: err.print(f"trial: {text}", markup=False,
+                                                                       highlight=False),
+                               store=store, no_store=no_store)
+        screen = decision_screen(report)
+        if report.run.stopped_by is not None:
+            err.print(screen)
+        else:
+            out.print(screen)
+        if as_json:
+            from gpuscout.api.trial_payload import trial_json
+            from gpuscout.cli.output import print_json
+
+            print_json(trial_json(report))
+        raise typer.Exit(report.exit_code)

@@ -3,7 +3,7 @@
 For load-testing a local diffusers model with gpuscout, which speaks the OpenAI images API:
 
     python examples/diffusers_images_server.py --pipeline ./my-sd-pipeline --steps 30 --port 8000
-    gpuscout load http://127.0.0.1:8000 -m my-sd --endpoint images --concurrency 1,2,4
+    gpuscout load http://127.0.0.1:8000 -m my-sd --endpoint images --sweep 1,2,4
 
 `--pipeline` is a folder `DiffusionPipeline.from_pretrained` reads (or a Hub id when the machine can
 reach the Hub); `--device cuda` puts it on the GPU. `--tiny` builds a Stable Diffusion pipeline from

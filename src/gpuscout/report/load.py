@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+from rich import box
 from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
@@ -98,6 +99,9 @@ IMAGE_LATENCIES = ((E2E_S, "p50", "e2e\nP50"), (E2E_S, "p95", "e2e\nP95"),
 IMAGE_FORMULAS = ("e2e = whole answer − send; s/image = e2e / images in the answer; img/s = Σ images / duration",)
 
 
+CASE_NAME_MAX = 28  # characters of a case name kept whole in the table ("gamma 12.5 rps, k=0.5" is 21)
+
+
 def load_screen(result: BenchResult, *, output: Path | None, costs: Sequence[LoadCost],
                 search: SearchResult | None, wide: bool = False) -> RenderableType:
     """One row per measured level, the metric formulas, notes, the search's conclusion, the cost.
@@ -109,9 +113,13 @@ def load_screen(result: BenchResult, *, output: Path | None, costs: Sequence[Loa
     images = result.fixed.settings.get("endpoint") == "images"
     latencies = IMAGE_LATENCIES if images else LATENCIES + (WIDE_LATENCIES if wide else ())
     unit, factor = common_unit(_latency_values(result, latencies), "s")
+    # No vertical rules: at 80 columns the nine columns leave the case name room for one line ("gamma 12.5
+    # rps, k=0.5" wrapped onto three lines between rules); a name is never wrapped, only cut past 28.
     table = Table(title=f"gpuscout load — {result.fixed.model} ({result.fixed.settings.get('endpoint')}, "
-                        f"{'stream' if result.fixed.settings.get('stream') else 'no stream'}); latencies in {unit}")
-    prose_column(table, "case")
+                        f"{'stream' if result.fixed.settings.get('stream') else 'no stream'}); latencies in {unit}",
+                  box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    longest = max((len(c.name) for c in result.cases), default=4)
+    table.add_column("case", no_wrap=True, overflow="ellipsis", min_width=min(longest, CASE_NAME_MAX))
     for header in ("ok/sent", "req/s", "img/s" if images else "out\ntok/s", *(h for _, _, h in latencies),
                    *(("errors",) if wide else ())):
         number_column(table, header)

@@ -5,8 +5,9 @@ provider, tier and GPUs, then the runtime, the total and its P95 (and whether it
 for jobs that have one); an offer ranked under a plan gets a third line naming it in a few words
 (the whole plan is in `--json`). Excluded offers are listed under the table, grouped by reason,
 with the changes that would alter the task (never applied) and what each saves.
-`--wide` adds the rank, the runtime band, the cost per unit, the bound and the price date, and
-keeps the excluded offers in the table. Formulas of a bill are footnotes. A big catalog (a
+`--wide` keeps that layout, so it reads at 80 columns too, and adds lines under each offer: its rank,
+its cost per unit of work, what bounds its step (and the SLO), the day the price was observed; it
+keeps the excluded offers in the table, their reasons as footnotes. Formulas of a bill are footnotes. A big catalog (a
 SkyPilot import holds thousands of offers) shows the `top` cheapest and every offer on the
 Pareto frontier, and at most a few ids per exclusion reason; `--json` carries every row.
 """
@@ -34,16 +35,16 @@ from gpuscout.report.calibration import calibration_block
 from gpuscout.report.compat import compat_lines, finding_text, short_words
 from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.gpu_layout import layout_words
-from gpuscout.report.layout import label_column, number_column, plain, prose_column, some_ids
+from gpuscout.report.layout import label_column, number_column, prose_column, some_ids
 from gpuscout.report.machine import machine_lines
 from gpuscout.report.numbers import age, duration, duration_band, gib, money, money_in, seconds, sig
 from gpuscout.report.serving_verdict import capacity_words, slo_legend, verdict_lines
 from gpuscout.report.trial import trial_lines
 from gpuscout.report.unvouched import band_line, unvouched_lines
 
-CAPTION = "★ = on the time–cost Pareto frontier; P95 from a seeded spot simulation"
-WIDE_CAPTION = (CAPTION + "; runtime band from the efficiency factors; n/m× = the job uses n of the instance's m "
-                          "GPUs")
+WIDE_ID_MAX = 42  # columns of `pick --wide`'s offer column at most: a rank and a 39-character id
+WIDE_LEGEND = ("with each offer: its rank, its cost per unit of work, what bounds its step and the day its price "
+               "was observed; runtime band from the efficiency factors")
 TIGHT_CAPTION = ("tight: ranked, but the headroom is inside the estimator's error band (docs/estimator.md §2.15); "
                  "OOM risk: what running out of memory on the first try adds, a billed failed start and the "
                  "fallback plan (docs/cost.md §2.15); --margin PCT sets the band")
@@ -88,21 +89,61 @@ def pick_table(result: PickResult, *, wide: bool = False, top: int = TOP) -> Ren
     """Offers ranked by total job cost; the excluded ones, rates used and price warnings below."""
     if not wide:
         return default_pick(result, top=top)
-    rows, hidden = shown_rows(result, wide=wide, top=top)
-    with_slo = wide or any(r.slo_met is not None for r in result.rows)
-    table = Table()
-    _add_columns(table, wide=wide, with_slo=with_slo)
-    notes = Footnotes()  # why an offer was excluded, under the table (`wide` only)
+    return wide_pick(result, top=top)
+
+
+def wide_pick(result: PickResult, *, top: int = TOP) -> RenderableType:
+    """`--wide`, in the default's layout so that it reads at 80 columns: each offer's id on a line of its
+    own over its provider and GPUs, then what wide adds on lines below it (the rank, the cost per unit,
+    the bound, whether the SLO is met, the day its price was observed), the runtime over its band, the
+    total over its band, and the price's age. Excluded offers stay in the table, their reason a footnote."""
+    rows, hidden = shown_rows(result, wide=True, top=top)
+    with_slo = any(r.slo_met is not None for r in result.rows)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    # The ids are what a user passes on (--explain, trial --candidates): the column keeps the longest whole
+    # (up to WIDE_ID_MAX, which leaves the figures their room at 80 columns); the lines under it are cut.
+    longest = max((len(r.offer_id) for r in rows), default=0) + 3
+    table.add_column("# offer", overflow="fold", min_width=min(longest, WIDE_ID_MAX),
+                     max_width=max(min(longest, WIDE_ID_MAX), 36))
+    number_column(table, "runtime")
+    number_column(table, "total")
+    label_column(table, "  age")
+    notes = Footnotes()  # why an offer was excluded, under the table
     rank = 0
     for row in rows:
         rank += row.excluded is None
-        table.add_row(*_cells(row, rank if row.excluded is None else None, notes, wide=wide, with_slo=with_slo,
-                              shown=result.currency))
-    parts: list[RenderableType] = [_title(result), table, notes.flush(), Text(WIDE_CAPTION, style="dim")]
-    if any(r.slo_source is not None for r in rows):
-        parts.append(Text(SLO_CAPTION, style="dim"))
-    return Group(*parts, *_captions(rows, hidden), *trial_lines(result.trial, result.currency), *bill_blocks(result),
+        table.add_row(*_wide_cells(row, result, rank if row.excluded is None else None, notes, with_slo=with_slo))
+    return Group(_title(result), table, notes.flush(), *_legend(rows), Text(WIDE_LEGEND, style="dim"),
+                 *_captions(rows, hidden), *trial_lines(result.trial, result.currency), *bill_blocks(result),
                  *_notes(result))
+
+
+def _wide_cells(row: PickRow, result: PickResult, rank: int | None, notes: Footnotes, *,
+                with_slo: bool) -> list[str | Text]:
+    offer, runtime, total, aged = _default_cells(row, result)
+    assert isinstance(offer, Text) and isinstance(aged, Text)
+    shown = result.currency
+    lead = Text(f"{rank:>2} " if rank is not None else " - ", style="bold")
+    offer = lead + offer
+    offer.no_wrap, offer.overflow = True, "ellipsis"
+    if row.excluded is not None:
+        options = f"; {options_text(row.options)}" if row.options else ""
+        offer.append(f"\nexcluded {notes.ref(row.excluded + options)}", style="red")
+    units = unit_costs(row.unit_costs_usd, shown) if row.excluded is None else ""
+    if units:
+        offer.append(f"\n{units}", style="dim")
+    facts = [f"{row.bound}-bound" if row.bound else "",
+             _slo_fact(row) if with_slo else "",
+             f"price of {row.observed_at:%Y-%m-%d}"]
+    offer.append("\n" + " · ".join(f for f in facts if f), style="dim")
+    return [offer, runtime, total, aged]
+
+
+def _slo_fact(row: PickRow) -> str:
+    """'SLO met (simulated)': the verdict and where it came from (the legend says what each source means)."""
+    if row.slo_met is None:
+        return "SLO -"
+    return f"SLO {'met' if row.slo_met else 'missed'}" + (f" ({row.slo_source})" if row.slo_source else "")
 
 
 def _title(result: PickResult) -> Text:
@@ -204,55 +245,6 @@ def price_age(row: PickRow, today: date | None) -> str:
     return age((today - row.observed_at).days) if today is not None else ""
 
 
-def _add_columns(table: Table, *, wide: bool, with_slo: bool) -> None:
-    if wide:
-        number_column(table, "#")
-    prose_column(table, "offer")  # gives way first: its id is cut with '…' rather than wrapped
-    number_column(table, "runtime (band)" if wide else "runtime")
-    for header in ("total", "P95"):
-        number_column(table, header)
-    if wide:
-        label_column(table, "per unit")
-    if with_slo:
-        label_column(table, "SLO")
-    if wide:
-        label_column(table, "bound")
-        label_column(table, "observed")
-
-
-def _cells(row: PickRow, rank: int | None, notes: Footnotes, *, wide: bool, with_slo: bool,
-           shown: DisplayCurrency = USD) -> list[str | Text]:
-    offer = Text(f"{'★ ' if row.pareto else ''}{row.offer_id}\n", no_wrap=True, overflow="ellipsis")
-    offer.append(f"{row.provider} {row.tier}, {_gpus(row)}", style="dim")  # two lines, each cut, never wrapped
-    offer.append(vouch_marks(row), style="yellow")
-    if row.plan:
-        offer.append(f"\nplan: {plan_words(row.plan)}", style="yellow")
-    if row.compat and row.excluded is None:  # priced with a fallback's slowdown, or runs under a condition
-        offer.append(f"\n! {short_words(row.compat)}", style="yellow")
-    offer.append(tight_words(row, shown), style="yellow")
-    if row.excluded is not None:  # only `wide` keeps excluded offers in the table
-        options = f"; {options_text(row.options)}" if row.options else ""
-        excluded = Text(f"excluded {notes.ref(row.excluded + options)}", style="red")
-        return ["-", offer, excluded, shown_money(row.total_usd, shown), "", "", "", row.bound or "",
-                str(row.observed_at)]
-    cells: list[str | Text] = [offer, _runtime(row, wide=wide), shown_money(row.total_usd, shown),
-                               shown_money(row.total_p95_usd, shown)]
-    if wide:
-        cells = [str(rank), *cells, plain(unit_costs(row.unit_costs_usd, shown))]
-    if with_slo:
-        cells.append("-" if row.slo_met is None else ("yes" if row.slo_met else "no") + _SOURCE_MARK.get(
-            row.slo_source or "", ""))
-    if wide:
-        cells += [row.bound or "", f"{row.observed_at}" + (" (stale)" if row.stale else "")]
-    return cells
-
-
-# The SLO column's source marks in the wide table; its caption says what each means.
-_SOURCE_MARK = {"simulated": " (sim)", "measured": " (meas)", "single-request estimate": " (1 req)"}
-SLO_CAPTION = ("SLO: met at the band's slow end; (sim) simulated at the job's load, queueing counted; (meas) "
-               "measured by a load result; (1 req) a single-request estimate, no queueing")
-
-
 def vouch_marks(row: PickRow) -> str:
     """', placeholder', ', risk unknown': what the row's total cannot vouch for (the lines under the
     table say more)."""
@@ -266,19 +258,6 @@ def tight_words(row: PickRow, shown: DisplayCurrency = USD) -> str:
     if row.fit_verdict != "tight" or row.excluded is not None:
         return ""
     return f"\ntight: OOM risk +{shown_money(row.oom_risk_usd, shown)}"
-
-
-def _gpus(row: PickRow) -> str:
-    used = f"{row.gpus_needed}/" if row.gpus_needed is not None and row.excluded is None else ""
-    return f"{used}{row.gpu_count}× {row.gpu_sku}"
-
-
-def _runtime(row: PickRow, *, wide: bool) -> str:
-    if row.runtime_s is None:
-        return "-"
-    if not wide or row.runtime_low_s is None or row.runtime_high_s is None:
-        return duration(row.runtime_s)
-    return f"{duration(row.runtime_s)} ({duration_band(row.runtime_low_s, row.runtime_high_s)})"
 
 
 def plan_words(plan: Sequence[Suggestion]) -> str:

@@ -2,8 +2,9 @@
 
 Plain text rather than a rich table: a store holds thousands of runs, and a line per run reads
 like `git log --oneline` and greps well; laying out 1,000 rows as a rich table took 0.76 s here,
-these lines take milliseconds (benchmarks/results_list.py). Each field is cut with '…' to fit the
-terminal; `results show ID` has the whole run.
+these lines take milliseconds (benchmarks/results_list.py). A terminal too narrow for every field
+whole (80 columns) gets two lines per run: what and when on the first, the machine and the summary
+under it. A field is cut with '…' only past its line; `results show ID` has the whole run.
 """
 
 from __future__ import annotations
@@ -23,10 +24,40 @@ def results_text(runs: Sequence[StoredRun], matched: int, store: Path, *, width:
         return (f"No stored runs match in {store}.\n" if store.exists() else
                 f"No results store yet at {store}.\nbench, load, doctor and pick record their runs there.\n")
     rows = [(str(r.id), r.created_at.strftime("%Y-%m-%d %H:%M"), _kind(r), r.job, r.machine, r.summary) for r in runs]
+    if _natural_width(rows) > width:
+        return _two_line_text(rows, matched, len(runs), store, width)
     widths = _widths(rows, width)
     lines = [f"{matched:,} stored run(s) in {store}", _line(HEADER, widths), *(_line(r, widths) for r in rows)]
     if matched > len(runs):
         lines.append(f"… {matched - len(runs):,} older run(s) not shown (--limit 0 shows all).")
+    return "\n".join(lines) + "\n"
+
+
+def _natural_width(rows: Sequence[tuple[str, ...]]) -> int:
+    return sum(max(len(r[i]) for r in (*rows, HEADER)) for i in range(len(HEADER))) + len(_GAP) * (len(HEADER) - 1)
+
+
+def _two_line_text(rows: Sequence[tuple[str, ...]], matched: int, shown: int, store: Path, width: int) -> str:
+    """A terminal too narrow for every field whole (80 columns): each run on two lines, as pick's default
+    screen shows an offer. The id, when, kind and job on the first; the machine and the summary (the
+    verdict: keep or return, valid levels, the offer a trial names) indented under them. A field is cut
+    with '…' only when its line has no room for it."""
+    fixed = [max(len(r[i]) for r in (*rows, HEADER)) for i in range(3)]
+    first = [*fixed, max(10, width - sum(fixed) - len(_GAP) * 3)]
+    indent = " " * (fixed[0] + len(_GAP))
+    room = width - len(indent) - len(_GAP)
+    summary = min(max(len(r[5]) for r in (*rows, HEADER)), room // 2)  # the verdict whole, up to half the line
+    machine = min(max(len(r[4]) for r in (*rows, HEADER)), max(10, room - summary))
+    second = [machine, max(10, room - machine)]
+
+    def under(cells: Sequence[str]) -> str:
+        return (indent + _GAP.join(_fit(c, w).ljust(w) for c, w in zip(cells, second, strict=True))).rstrip()
+
+    lines = [f"{matched:,} stored run(s) in {store}", _line(HEADER[:4], first), under(HEADER[4:])]
+    for r in rows:
+        lines += [_line(r[:4], first), under(r[4:])]
+    if matched > shown:
+        lines.append(f"… {matched - shown:,} older run(s) not shown (--limit 0 shows all).")
     return "\n".join(lines) + "\n"
 
 

@@ -89,6 +89,9 @@ def _result_summary(payload: Mapping[str, Any]) -> str:
         parts.insert(0, _text(verdict.get("outcome"), 20))
     if failed:
         parts.append(f"{failed} failed")
+    if payload.get("kind") == "load" and cases:  # a load's verdict: the levels the validity gate passed
+        valid = sum(1 for c in cases if "valid" in _items(c.get("notes")))
+        parts.append(f"{valid}/{len(cases)} level{'s' if len(cases) != 1 else ''} valid")
     search = _mapping(payload.get("search"))
     if search.get("best_level") is not None:
         parts.append(f"best level {_text(search.get('best_level'), 20)}")

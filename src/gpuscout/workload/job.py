@@ -14,7 +14,7 @@ beyond its maximum, LoRA rank above the hidden size) live in `estimate.validate`
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
@@ -80,8 +80,11 @@ class Spec(Frozen):
 
 
 class Lora(Spec):
+    # LoRA rank r: the inner size of each adapter's two matrices (peft r).
     rank: int = Field(16, gt=0, le=4096)
+    # LoRA scaling numerator: the adapter's update is scaled by alpha / rank (peft lora_alpha).
     alpha: int = Field(32, gt=0, le=1_000_000)
+    # Linear layers that get adapters, by leaf name ("q_proj", "v_proj"), or "all-linear".
     target_modules: tuple[Name, ...] | Literal["all-linear"] = Field("all-linear", max_length=1024)
     # LoRA on the output head (lm_head) too: peft target_modules with "lm_head", torchtune
     # apply_lora_to_output, litgpt lora_head. Off in every framework's defaults.
@@ -90,35 +93,57 @@ class Lora(Spec):
 
 
 class Slo(Spec):
+    # Target: 95th-percentile time to the first token, seconds.
     ttft_p95_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
+    # Target: 95th-percentile time per output token after the first, seconds.
     tpot_p95_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
+    # Target: 95th-percentile end-to-end latency of a request, seconds.
     e2e_p95_s: float | None = Field(None, gt=0, le=MAX_SECONDS)
 
 
 class FinetuneJob(Spec):
+    # The kind of job: a fine-tune of a language model.
     kind: Literal["finetune"]
+    # The job's name, shown in reports and result files.
     name: Name = "fine-tune"
+    # Preset id (`gpuscout model --list`), a config.json, or a model folder.
     model: ModelRef
     # The trainer, "<id>" or "<id>@<version>" (workload/frameworks.toml): its documented defaults fill
     # the fields this spec leaves out. Rewritten to the resolved "<id>@<version>". None: gpuscout's own
     # defaults (transformers + peft), exactly as before frameworks were part of the job.
     framework: Name | None = None
     quiet_defaults: ClassVar[dict[str, Any]] = {"framework": None, "checkpoint_layer_interval": 1, "loss": None}
+    # What is trained: "full" every weight, "lora" adapters on frozen 16-bit weights, "qlora" adapters on 4-bit
+    # ones.
     method: Method = "lora"
+    # The LoRA adapters ([lora] table), with method lora or qlora.
     lora: Lora = Lora()
+    # Number format of the weights and compute: "bf16_mixed" keeps fp32 master weights.
     precision: Precision = "bf16_mixed"
+    # The optimizer; its states per parameter set much of the memory.
     optimizer: Optimizer = "adamw"
+    # Sequences per GPU per forward/backward pass.
     micro_batch: int = Field(1, gt=0, le=MAX_BATCH)
+    # Tokens per training sequence (the context trained on).
     seq_len: int = Field(2048, gt=0, le=MAX_CONTEXT)
+    # Micro-batches accumulated before each optimizer step.
     grad_accum: int = Field(1, gt=0, le=100_000)
+    # Recompute activations in the backward instead of keeping them (less memory, more time).
     gradient_checkpointing: bool = False
+    # Attention kernel: "flash" (FlashAttention 2), "sdpa" (PyTorch), "eager" (keeps the score matrix).
     attention: Attention = "sdpa"
+    # The fused loss that keeps one chunk of logits (loss = "fused" says the same).
     chunked_cross_entropy: bool = False
     optimizer_offload: bool = False  # ZeRO-Offload / FSDP CPU offload of optimizer states
+    # GPUs the job runs on.
     gpus: int = Field(1, gt=0, le=4096)
+    # How weights, gradients and optimizer states are split across GPUs (DeepSpeed ZeRO stage or FSDP).
     sharding: Sharding = "none"
+    # GPUs each layer's matrices are split across (gpus must be a multiple).
     tensor_parallel: int = Field(1, gt=0, le=64)
+    # Tokens in the training set: with epochs, the work the whole job does.
     dataset_tokens: int = Field(10_000_000, gt=0, le=MAX_TOKENS)
+    # Passes over the dataset.
     epochs: float = Field(1.0, gt=0, le=MAX_EPOCHS)
     # Save a checkpoint (trainable weights + optimizer state) every N optimizer steps; the bench
     # times one save and the whole-job time counts them (workload/jobtime.py). None: no saves.
@@ -217,13 +242,21 @@ MAX_CO_SERVED = 16  # models beside the main one on the same GPUs; far past what
 class ServedModel(Spec):
     """One served model and the requests it answers: shared by the job's own model and each co-served one."""
 
+    # Preset id (`gpuscout model --list`), a config.json, or a model folder.
     model: ModelRef
+    # Number format of the served weights (fp8, int8, int4 are quantized).
     weights: WeightFormat = "bf16"
+    # int4 weights: weights per quantization scale (GPTQ / AWQ group size).
     int4_group_size: int = Field(128, gt=0, le=MAX_BATCH)
+    # Number format of the KV cache.
     kv_cache_dtype: KvDtype = "bf16"
+    # Tokens in each request's prompt.
     prompt_tokens: int = Field(1024, gt=0, le=MAX_CONTEXT)
+    # Tokens generated per request.
     output_tokens: int = Field(256, gt=0, le=MAX_CONTEXT)
+    # Requests in flight at once.
     concurrency: int = Field(1, gt=0, le=MAX_CONCURRENCY)
+    # vLLM's token budget per scheduler step (prefill chunks share it).
     max_num_batched_tokens: int = Field(8192, gt=0, le=100_000_000)
     # vLLM engine settings (docs/estimator.md §2.8). max_num_seqs None = vLLM V1's default for the
     # GPU: 1024 on GPUs of 70 GiB or more that are not A100s, else 256 (vllm/engine/arg_utils.py).
@@ -232,7 +265,9 @@ class ServedModel(Spec):
     enable_prefix_caching: bool = True  # vLLM V1's default
     # Share of each prompt found in the prefix cache (a shared system prompt): not recomputed.
     prefix_hit_rate: float = Field(0.0, ge=0, lt=1)
+    # Requests the whole job serves: the work it is priced for.
     requests: int = Field(1000, gt=0, le=MAX_COUNT)
+    # Serve past the model's max_position_embeddings on purpose.
     allow_long_context: bool = False
     # Quantized weights only: linears kept 16-bit (llm_int8_skip_modules / modules_to_not_convert),
     # by leaf name ("lm_head", "down_proj") or dotted path (docs/estimator.md §2.14).
@@ -264,15 +299,22 @@ class CoServed(ServedModel):
     name: Name | None = None  # its label in reports; default: the model reference
     # Accepted only to say clearly that they must match the job's (all models share the GPUs).
     tensor_parallel: int | None = Field(None, gt=0, le=64)
+    # Must match the job's engine when given (all models share the GPUs).
     engine: Engine | None = None
 
 
 class InferenceJob(ServedModel):
+    # The kind of job: serving a language model.
     kind: Literal["inference"]
+    # The job's name, shown in reports and result files.
     name: Name = "inference"
+    # The serving engine: "vllm", or "hf" (transformers generate).
     engine: Engine = "vllm"
+    # Share of each GPU's memory the engine may take (vLLM's setting).
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    # GPUs the model is split across (one replica).
     tensor_parallel: int = Field(1, gt=0, le=64)
+    # Latency targets ([slo] table): offers that miss them are excluded.
     slo: Slo = Slo()
     # Models served beside `model` on the same GPUs (`[[co_served]]` tables). With them,
     # gpu_memory_utilization is the share of each GPU all engines together may take.
@@ -296,17 +338,28 @@ class InferenceJob(ServedModel):
 
 
 class ImageJob(Spec):
+    # The kind of job: diffusion image generation.
     kind: Literal["image"]
+    # The job's name, shown in reports and result files.
     name: Name = "image generation"
+    # Preset id (`gpuscout model --list`) or a diffusers pipeline folder.
     model: ModelRef
+    # Image width, pixels (a multiple of 8).
     width: int = Field(1024, gt=0, le=16384)
+    # Image height, pixels (a multiple of 8).
     height: int = Field(1024, gt=0, le=16384)
+    # Denoising steps per image.
     steps: int = Field(30, gt=0, le=10_000)
+    # Images per pipeline call.
     batch: int = Field(1, gt=0, le=MAX_BATCH)
     guidance: bool = True  # classifier-free guidance: a conditional and an unconditional pass
+    # Images the whole job makes: the work it is priced for.
     images: int = Field(1000, gt=0, le=MAX_COUNT)
+    # Number format of the pipeline's weights and compute.
     dtype: ImageDtype = "fp16"
+    # Attention kernel: "flash", "sdpa" (PyTorch), "eager".
     attention: Attention = "sdpa"
+    # diffusers vae.enable_tiling(): the VAE decodes in tiles (less memory).
     vae_tiling: bool = False
     # diffusers vae.enable_slicing(): the batch is decoded one image at a time (docs/estimator.md §2.10).
     vae_slicing: bool = False
@@ -344,19 +397,29 @@ MAX_FRAMES = 10_000  # frames per clip: 7 minutes at 24 fps, far past any model'
 class VideoJob(Spec):
     """Text-to-video with a diffusers video pipeline (Wan, LTX-Video, CogVideoX, HunyuanVideo)."""
 
+    # The kind of job: diffusion video generation.
     kind: Literal["video"]
+    # The job's name, shown in reports and result files.
     name: Name = "video generation"
+    # Preset id (`gpuscout model --list`) or a diffusers pipeline folder.
     model: ModelRef
+    # Frame width, pixels.
     width: int = Field(832, gt=0, le=16384)
+    # Frame height, pixels.
     height: int = Field(480, gt=0, le=16384)
     frames: int = Field(81, gt=0, le=MAX_FRAMES)  # pixel frames per clip (the model checks its own 4k+1 rule)
+    # Denoising steps per clip.
     steps: int = Field(50, gt=0, le=10_000)
     batch: int = Field(1, gt=0, le=MAX_BATCH)  # clips per pipeline call
     guidance: bool = True  # classifier-free guidance: a conditional and an unconditional pass
+    # Clips the whole job makes: the work it is priced for.
     clips: int = Field(100, gt=0, le=MAX_COUNT)
+    # Number format of the pipeline's weights and compute.
     dtype: ImageDtype = "bf16"
+    # Attention kernel: "flash", "sdpa" (PyTorch), "eager".
     attention: Attention = "sdpa"
     vae_tiling: bool = False  # diffusers vae.enable_tiling(): spatial tiles (and temporal ones where supported)
+    # diffusers CPU offload: "model" one component on the GPU at a time, "sequential" one module.
     offload: Offload = "none"
 
     @model_validator(mode="after")
@@ -398,6 +461,9 @@ def _spec_error(origin: str, exc: ValidationError) -> SpecError:
     problems = []
     errors = exc.errors()
     for err in errors[:8]:
+        if err["type"] == "extra_forbidden":
+            problems.append(_unknown_key(err["loc"]))
+            continue
         # The first location item is the union branch tag ("finetune" …); drop it.
         loc = ".".join(printable(str(part), 40) for part in err["loc"][1:]) or "(top level)"
         problems.append(f"{loc}: {printable(err['msg'])}" + _input_hint(err))
@@ -408,6 +474,34 @@ def _spec_error(origin: str, exc: ValidationError) -> SpecError:
         "; ".join(problems),
         "Correct the named fields; see examples/*.toml for a complete spec of each kind.",
     )
+
+
+def _unknown_key(loc: tuple[str | int, ...]) -> str:
+    """"unknown field 'lora_rnak' in [lora]: did you mean 'rank'?" — the nearest key the table accepts."""
+    import difflib
+
+    kind, path, key = str(loc[0]), loc[1:-1], printable(str(loc[-1]), 40)
+    keys = table_keys(kind, path)
+    tables = [str(p) for p in path if not isinstance(p, int)]
+    where = (f"[[{tables[-1]}]]" if any(isinstance(p, int) for p in path) else f"[{'.'.join(tables)}]") if tables \
+        else f'a {kind} spec'
+    near = difflib.get_close_matches(str(loc[-1]), keys, n=1, cutoff=0.6) if keys else []
+    return f"unknown field '{key}' in {where}" + (f": did you mean '{near[0]}'?" if near else
+                                                  " (check its spelling: `gpuscout spec` lists every field)")
+
+
+def table_keys(kind: str, path: tuple[str | int, ...]) -> tuple[str, ...]:
+    """The keys the table at `path` of a `kind` spec accepts (`("lora",)` → rank, alpha …); () if none."""
+    kinds: dict[str, type[Spec]] = {"finetune": FinetuneJob, "inference": InferenceJob, "image": ImageJob,
+                                    "video": VideoJob}
+    model: type[Spec] | None = kinds.get(kind)
+    for part in path:
+        if isinstance(part, int) or model is None:
+            continue  # an element of an array of tables
+        info = model.model_fields.get(part)
+        model = next((a for a in (info.annotation, *get_args(info.annotation)) if isinstance(a, type)
+                      and issubclass(a, Spec)), None) if info is not None else None
+    return tuple(model.model_fields) if model is not None else ()
 
 
 def _input_hint(err: Any) -> str:
