@@ -14,6 +14,7 @@ import typer
 
 from gpuscout.cli.options import JsonFlag
 from gpuscout.cli.output import emit
+from gpuscout.cli.stdio import emit_beside, no_json_with_stdout, stdio
 
 offers_app = typer.Typer(name="offers", no_args_is_help=True, add_completion=False,
                          help="Today's offers: pull catalogs (gpuhunt, SkyPilot) into a dated price sheet, list one.")
@@ -21,7 +22,8 @@ offers_app = typer.Typer(name="offers", no_args_is_help=True, add_completion=Fal
 
 @offers_app.command()
 def pull(
-    output: Annotated[Path, typer.Option("--output", "-o", help="The price sheet to write (TOML).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The price sheet to write (TOML); - for stdout "
+                                                 "(the screen then goes to stderr).")],
     source: Annotated[str, typer.Option("--from", help="gpuhunt (needs gpuscout[offers]) or skypilot (its cached "
                                         "catalogs under ~/.sky/catalogs/v8).")] = "gpuhunt",
     provider: Annotated[list[str] | None, typer.Option("--provider", help="Only this provider (repeatable), as the "
@@ -40,10 +42,14 @@ def pull(
         raise SpecError("--spot and --on-demand were both given.", "Each keeps only one tier.",
                         "Pass one of them, or neither for both tiers.")
     command = "gpuscout offers pull " + " ".join(shlex.quote(a) for a in sys.argv[3:])
-    report = api.pull_offers(output, source=source, providers=provider or (), gpus=gpu or (),
-                             spot=True if spot else (False if on_demand else None), command=command.strip())
-    emit(lambda: pull_payload(report.pull, str(report.output)), lambda: pull_screen(report.pull, str(report.output)),
-         as_json)
+    with stdio() as io:  # `-o -`: the sheet to stdout, the screen to stderr
+        sheet = io.output(output, "offers.toml")
+        assert sheet is not None  # --output is required
+        no_json_with_stdout(io, as_json)
+        report = api.pull_offers(sheet, source=source, providers=provider or (), gpus=gpu or (),
+                                 spot=True if spot else (False if on_demand else None), command=command.strip())
+        where = "standard output" if io.to_stdout else str(report.output)
+        emit_beside(io, lambda: pull_payload(report.pull, where), lambda: pull_screen(report.pull, where), as_json)
 
 
 @offers_app.command(name="list")
