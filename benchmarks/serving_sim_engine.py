@@ -136,8 +136,9 @@ def main() -> int:
           f"{settings.layers} layers; prompt {args.prompt}, output {args.output} tokens; "
           f"{args.requests} requests x {args.runs} runs a level")
     print(f"fitted on concurrency {args.calibrate}: overhead {c.overhead_s * 1e3:.2f} ms, "
-          f"weights {c.weights_s * 1e3:.2f} ms, compute {c.compute_s_per_token * 1e3:.3f} ms/token, request overhead {c.request_overhead_s * 1e3:.2f} "
-          f"ms; fit rms log error {fit.rms_log_error:.3f} ({fit.iterations} iterations)")
+          f"weights {c.weights_s * 1e3:.2f} ms, compute {c.compute_s_per_token * 1e3:.3f} ms/token, "
+          f"request overhead {c.request_overhead_s * 1e3:.2f} ms; "
+          f"fit rms log error {fit.rms_log_error:.3f} ({fit.iterations} iterations)")
     print()
     print("| level | metric | predicted | measured | error | run noise |")
     print("|---|---|---:|---:|---:|---:|")
