@@ -36,12 +36,12 @@ MAX_TENSOR_PARALLEL = 64  # the job spec's bound
 Seconds = float
 
 
-class _Value(Frozen):
+class ServingValue(Frozen):
     # inf or NaN in a cost or a rate would make every time inf or NaN; refused like a job spec's.
     model_config = ConfigDict(allow_inf_nan=False)
 
 
-class StepCosts(_Value):
+class StepCosts(ServingValue):
     """Seconds one engine step of ONE replica takes, as a function of the batch it runs.
 
     The memory side reads the weights once per step, the experts the step's tokens touch, and the KV
@@ -94,7 +94,7 @@ def step_seconds(costs: StepCosts, *, new_tokens: int, context_tokens_read: int,
     return costs.overhead_s + max(memory, compute) + costs.comm_s_per_token * new_tokens
 
 
-class EngineLimits(_Value):
+class EngineLimits(ServingValue):
     """The engine's scheduler settings and KV cache size (vLLM's names and defaults)."""
 
     max_num_seqs: int = Field(gt=0, le=MAX_SEQS)  # requests running at once
@@ -123,7 +123,7 @@ class EngineLimits(_Value):
         return self.kv_blocks * self.block_tokens
 
 
-class SimConfig(_Value):
+class SimConfig(ServingValue):
     """One replica: what its steps cost and how its engine schedules."""
 
     costs: StepCosts
@@ -134,7 +134,7 @@ class SimConfig(_Value):
 TraceRow = tuple[float, int, int]  # send time (s after the first), prompt tokens, output tokens
 
 
-class Arrivals(_Value):
+class Arrivals(ServingValue):
     """How requests reach the replica.
 
     * "concurrency": `concurrency` users, each sending its next request when its previous one
@@ -191,7 +191,7 @@ class Arrivals(_Value):
             previous = at
 
 
-class Percentiles(_Value):
+class Percentiles(ServingValue):
     """A latency's distribution over the simulated requests (or inter-token gaps), in seconds."""
 
     p50: float = Field(ge=0)
@@ -201,7 +201,7 @@ class Percentiles(_Value):
     mean: float = Field(ge=0)
 
 
-class SimResult(_Value):
+class SimResult(ServingValue):
     """What one simulation gives, in the same terms `gpuscout load` measures.
 
     TTFT counts from the request's intended send (so queueing is in it) and includes the request's

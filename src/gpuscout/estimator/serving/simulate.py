@@ -38,7 +38,8 @@ from gpuscout.estimator.serving.model import (
 from gpuscout.stats import percentile
 
 MAX_SAMPLES = 200  # points of queue length and KV use over time in a result
-ITL_SAMPLES_PER_RUN = 4  # inter-token gaps kept per run of decode-only steps: their durations change linearly, by little
+# Inter-token gaps kept per run of decode-only steps: their durations change linearly, and little.
+ITL_SAMPLES_PER_RUN = 4
 # Open loop: over the second half of the arrivals the waiting queue never emptied and grew by more
 # than this share of the requests sent meanwhile (and by at least UNSTABLE_MIN_GROWTH requests). A
 # stable queue at 95% load wanders by about √n, ~1.4% of 5,000 arrivals; a rate 5% past what the
@@ -62,21 +63,21 @@ def _simulate(config: SimConfig, arrivals: Arrivals, *, bulk: bool) -> SimResult
     run.loop()
     result = run.result()
     if run.unstable:
-        held = saturated_rate(config, arrivals)
+        prompt, output = _mean_lengths(arrivals)
+        held = saturated_rate(config, prompt_tokens=prompt, output_tokens=output, seed=arrivals.seed)
         sent = _offered_rate(arrivals)
         return result.model_copy(update={"stable": False, "unstable": (
             f"unstable: the queue grows without bound at {sent:.3g} req/s; the replica holds {held:.3g} req/s")})
     return result
 
 
-def saturated_rate(config: SimConfig, arrivals: Arrivals) -> float:
+def saturated_rate(config: SimConfig, *, prompt_tokens: int, output_tokens: int, seed: int = 0) -> float:
     """Requests a second the replica completes when always full: a closed loop of `max_num_seqs` users
     (the middle 80% of completions, leaving out the ramp up and the drain)."""
     seqs = config.limits.max_num_seqs
-    prompt, output = _mean_lengths(arrivals)
     requests = min(MAX_SIM_REQUESTS, max(1000, 3 * seqs))
     closed = Arrivals(kind="concurrency", concurrency=min(seqs, requests), requests=requests,
-                      prompt_tokens=prompt, output_tokens=output, seed=arrivals.seed)
+                      prompt_tokens=prompt_tokens, output_tokens=output_tokens, seed=seed)
     run = _Run(config, closed, bulk=True)
     run.loop()
     done = sorted(t for t in run.finish_t if t >= 0)
@@ -204,8 +205,10 @@ class _Run:
         self.released = 0
         self.queue_at_arrival: list[tuple[float, int]] = []
         self.samples: list[tuple[float, int, int]] = []
+        self.in_system_s = 0.0
         self.itl_v: list[float] = []
         self.itl_w: list[float] = []
+        self.itl_sum = 0.0  # every gap, summed exactly (the samples above stand for runs of gaps)
 
     def _check_fits(self, kv_blocks: int, reserved: int) -> None:
         B = self.B
@@ -275,8 +278,12 @@ class _Run:
             if not self.running and not self.waiting:
                 self.now = max(self.now, self.pending[0][0])  # idle: jump to the next arrival
                 continue
+            before, in_system = self.now, len(self.running) + len(self.waiting)
             if not (self.bulk and self._decode_run()):
                 self._step()
+            # Requests in the engine × time (a request sent mid-step is counted from the next step):
+            # Little's law holds it to Σ e2e, the bookkeeping check of the tests.
+            self.in_system_s += in_system * (self.now - before)
             self.samples.append((self.now, len(self.waiting), self.kv_blocks - self.free))
 
     def _blocks_over(self, k: int) -> int:
@@ -329,8 +336,10 @@ class _Run:
         def total(steps: int) -> float:
             return steps * fixed + _sum_max_linear(m0, m1, p0, p1, steps)
 
-        if self.pending and len(self.running) < self.max_seqs:
-            # Stop with the step during which the next request arrives: the one after admits it.
+        if self.pending:
+            # Stop with the step during which the next request arrives: the one after admits it (or,
+            # with max_num_seqs running, queues it: the queue is then seen at each arrival, as stepping
+            # one step at a time sees it, so an unstable run stops at the same step either way).
             gap = self.pending[0][0] - self.now
             if total(k) >= gap:
                 lo, hi = 1, k
@@ -350,7 +359,9 @@ class _Run:
             j = (2 * i + 1) * k // (2 * samples)
             self.itl_v.append(fixed + max(m0 + m1 * j, p0 + p1 * j))
             self.itl_w.append(weight)
-        self.now += total(k)
+        elapsed = total(k)
+        self.itl_sum += n * elapsed
+        self.now += elapsed
         self.g += k
         self.sum_kv += n * k
         self._finish_decodes()
@@ -401,6 +412,7 @@ class _Run:
         if n_dec:
             self.itl_v.append(d)
             self.itl_w.append(float(n_dec))
+            self.itl_sum += n_dec * d
             self.g += 1
             self.sum_kv += n_dec
         self.now = end
@@ -417,6 +429,7 @@ class _Run:
             else:  # a recompute after preemption: the gap since its last token includes the requeue
                 self.itl_v.append(end - self.last_t[rid])
                 self.itl_w.append(1.0)
+                self.itl_sum += end - self.last_t[rid]
             self.last_t[rid] = end
             if self.out[rid] >= self.target[rid]:
                 self._finish(rid, end, s + c)
@@ -546,15 +559,16 @@ class _Run:
         duration = max((self.finish_t[i] for i in done), default=self.now)
         duration = max(duration, self.now if self.unstable else 0.0)
         tokens = sum(self.target[i] for i in done)
+        thinned = _thin(self.samples, duration)
         return SimResult(
             arrivals=self.arrivals, completed=len(done), duration_s=duration,
-            ttft_s=_percentiles(ttft), itl_s=_weighted_percentiles(self.itl_v, self.itl_w),
+            ttft_s=_percentiles(ttft), itl_s=_weighted_percentiles(self.itl_v, self.itl_w, self.itl_sum),
             tpot_s=_percentiles(tpot), e2e_s=_percentiles(e2e),
             requests_per_s=len(done) / duration if duration > 0 else 0.0,
             output_tokens_per_s=tokens / duration if duration > 0 else 0.0,
             preemptions=self.preemptions, max_queue=self.max_queue,
-            queue_len=tuple((t, q) for t, q, _ in _thin(self.samples, duration)),
-            kv_used=tuple((t, b / self.kv_blocks) for t, _, b in _thin(self.samples, duration)),
+            queue_len=tuple((t, q) for t, q, _ in thinned),
+            kv_used=tuple((t, b / self.kv_blocks) for t, _, b in thinned),
             stable=True, unstable=None,
             per_request=tuple((a, b, c) for a, b, c in zip(ttft, tpot, e2e, strict=True)))
 
@@ -567,9 +581,9 @@ def _percentiles(values: list[float]) -> Percentiles:
                        p99=percentile(ordered, 99), mean=max(0.0, math.fsum(ordered) / len(ordered)))
 
 
-def _weighted_percentiles(values: list[float], weights: list[float]) -> Percentiles:
+def _weighted_percentiles(values: list[float], weights: list[float], exact_sum: float) -> Percentiles:
     """Percentiles of values each standing for `weight` gaps (the smallest value whose cumulative
-    weight reaches the share)."""
+    weight reaches the share); the mean from the exact sum of the gaps."""
     if not values:
         return ZERO
     pairs = sorted(zip(values, weights, strict=True))
@@ -586,7 +600,7 @@ def _weighted_percentiles(values: list[float], weights: list[float]) -> Percenti
             break
     for q in targets[t:]:
         marks[q] = pairs[-1][0]
-    mean = math.fsum(v * w for v, w in pairs) / total
+    mean = exact_sum / total
     return Percentiles(p50=marks[50], p90=marks[90], p95=marks[95], p99=marks[99], mean=mean)
 
 
