@@ -13,8 +13,9 @@ Raw asyncio HTTP/1.1 (keep-alive, chunked SSE), so its own overhead is tiny and 
   echoing the request line and every header back: credentials included).
 * lying counts for every request: `usage_completion` replaces `usage.completion_tokens` (any JSON value);
   `stop_after` stops the output after that many tokens although max_tokens (and ignore_eos) asked for more.
-* `reject_extras`: answer `reject_status` (400, or 422 as FastAPI servers do) to requests
-  carrying ignore_eos/min_tokens (servers that forbid unknown fields); `seen` keeps every request's body and Authorization header for the tests.
+* `reject_extras`: answer `reject_status` (400, or 422 as FastAPI servers do) to requests carrying
+  ignore_eos/min_tokens (servers that forbid unknown fields); `seen` keeps every request's body and
+  Authorization header for the tests.
 * `/metrics`: Prometheus text with vLLM's names (running requests, prefix-cache queries and hits in
   tokens, generated tokens …), from what the server did; `prefix_cache=True` keeps a block prefix cache
   (`cache_block` words a block, the prompt = every message joined) and reports the hit as
