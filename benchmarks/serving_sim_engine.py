@@ -8,7 +8,7 @@ then simulates every level with the engine's own scheduler limits and prints pre
 TTFT and ITL P50/P95 and output throughput, the error of each, and the noise (how far the runs of the
 same level lie apart, relative), the yardstick an error is read against.
 
-    PYTHONPATH=src python benchmarks/serving_sim_engine.py [--calibrate 1,2] [--levels 1,2,4,8,16]
+    PYTHONPATH=src python benchmarks/serving_sim_engine.py [--calibrate 1,4] [--levels 1,2,4,8,16]
         [--rates auto] [--requests 40] [--runs 2] [--prompt 64] [--output 16] [--json FILE]
 
 Needs the `serving` extra (transformers serve's server imports `openai`). Minutes on a 2-core machine.
@@ -85,7 +85,7 @@ def run_noise(result: BenchResult) -> dict[str, dict[str, float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calibrate", default="1,2", help="concurrencies the step costs are fitted on")
+    ap.add_argument("--calibrate", default="1,4", help="concurrencies the step costs are fitted on")
     ap.add_argument("--levels", default="1,2,4,8,16", help="concurrencies measured (the calibration ones too)")
     ap.add_argument("--rates", default="auto", help="Poisson rates, req/s; auto: 40%% and 75%% of the "
                     "throughput measured at the highest concurrency; none: skip")
@@ -165,15 +165,19 @@ def report(rows: list[dict[str, Any]], fit: StepFit, settings: EngineSettings, a
     c = fit.costs
     print("# serving simulator vs transformers serve (continuous batching, CPU) — "
           f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC")
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
-          f"{os.getloadavg()[0]:.1f}, python {platform.python_version()}; wall {wall_s:.0f} s")
+    if args.source is not None:  # a refit: the machine, lengths and runs are those of the measurement file
+        print(f"refit from {args.source} (its measurement, not a new one); wall {wall_s:.0f} s")
+    else:
+        print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, load average "
+              f"{os.getloadavg()[0]:.1f}, python {platform.python_version()}; wall {wall_s:.0f} s")
     print(f"engine limits: max_requests_per_batch {settings.max_seqs}, max_batch_tokens {settings.max_batch_tokens}, "
           f"{settings.num_blocks} KV blocks of {settings.block_size} tokens; model hidden {settings.hidden}, "
-          f"{settings.layers} layers; prompt {args.prompt}, output {args.output} tokens; "
-          f"{args.requests} requests x {args.runs} runs a level")
+          f"{settings.layers} layers"
+          + ("" if args.source is not None else f"; prompt {args.prompt}, output {args.output} tokens; "
+             f"{args.requests} requests x {args.runs} runs a level"))
     print(f"fitted on concurrency {args.calibrate} ({args.fit_metrics}): overhead {c.overhead_s * 1e3:.2f} ms, "
           f"weights {c.weights_s * 1e3:.2f} ms, compute {c.compute_s_per_token * 1e3:.3f} ms/token, "
-          f"request overhead {c.request_overhead_s * 1e3:.2f} ms; "
+          f"request overhead {c.request_overhead_s * 1e3:.2f} ms, per sequence a step {c.seq_s * 1e3:.2f} ms; "
           f"fit rms log error {fit.rms_log_error:.3f} ({fit.iterations} iterations)")
     print()
     print("| level | metric | predicted | measured | error | run noise |")

@@ -9,11 +9,13 @@ on the logarithm of each cost (costs stay positive; numpy only), with finite-dif
 
 What a short load at fixed prompt and output lengths can tell apart, and so what is fitted: the fixed
 cost of a step (`overhead_s`), the cost of a step that does not grow with the batch (`weights_s`, the
-memory side of the roofline), the cost of one new token (`compute_s_per_token`, the compute side) and
-the host time a request's first token pays (`request_overhead_s`). Context costs (KV reads, attention
-pairs) grow with the context, which fixed lengths barely vary: they are kept from the prior (0 without
-one). With a prior, each fitted cost is also pulled weakly toward it (`PRIOR_WEIGHT`), which settles the
-costs the observations cannot separate (two constant terms) without moving what they do determine.
+memory side of the roofline), the cost of one new token (`compute_s_per_token`, the compute side), the
+host time a request's first token pays (`request_overhead_s`) and the host time of each sequence a step
+schedules (`seq_s`: the inter-token gap rising with the users where the GPU side barely grows). Context
+costs (KV reads, attention pairs) grow with the context, which fixed lengths barely vary: they are kept
+from the prior (0 without one; an estimate's `seq_s` is 0 and pulls nothing). With a prior, each
+fitted cost is also pulled weakly toward it (`PRIOR_WEIGHT`), which settles the costs the observations
+cannot separate (two constant terms) without moving what they do determine.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from gpuscout.estimator.serving.model import (
 from gpuscout.estimator.serving.simulate import simulate
 from gpuscout.frozen import Frozen
 
-FITTED = ("overhead_s", "weights_s", "compute_s_per_token", "request_overhead_s")
+FITTED = ("overhead_s", "weights_s", "compute_s_per_token", "request_overhead_s", "seq_s")
 METRICS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s", "output_tokens_per_s")
 # Relative weight of the pull toward the prior, against one metric's log residual: 0.1 = a factor of
 # e (2.7x) away from the prior costs what a 10% miss of one measured figure costs. Small on purpose:
@@ -143,14 +145,27 @@ def _starts(observations: list[ServingObservation], prior: StepCosts | None) -> 
     The step time is a maximum of two sides, so the least squares has a kink and may hold a local
     minimum: three splits (fixed cost 10%, 50%, 90% of the step) are each solved and the best kept.
     """
-    if prior is not None:
-        return [{name: max(getattr(prior, name), MIN_COST_S) for name in FITTED}]
     light = min(observations, key=lambda o: o.concurrency or o.rate_per_s or 1)
     step = light.itl_p50_s
+    per_seq = _per_seq_start(observations, step)
+    if prior is not None:
+        return [{name: max(getattr(prior, name), MIN_COST_S) for name in FITTED} | {"seq_s": prior.seq_s or per_seq}]
     beyond = max(light.ttft_p50_s - step, step)
     return [{"overhead_s": step * share, "weights_s": step * (1 - share),
-             "compute_s_per_token": beyond * 0.8 / light.prompt_tokens, "request_overhead_s": beyond * 0.2}
+             "compute_s_per_token": beyond * 0.8 / light.prompt_tokens, "request_overhead_s": beyond * 0.2,
+             "seq_s": per_seq}
             for share in (0.1, 0.5, 0.9)]
+
+
+def _per_seq_start(observations: list[ServingObservation], step: float) -> float:
+    """A start for the per-sequence host time: the inter-token gap's rise per added user between the
+    lightest and the heaviest closed-loop level (1% of a step when there is only one, or no rise)."""
+    loops = sorted((o for o in observations if o.concurrency), key=lambda o: o.concurrency or 0)
+    if len(loops) >= 2 and (loops[-1].concurrency or 0) > (loops[0].concurrency or 0):
+        rise = (loops[-1].itl_p50_s - loops[0].itl_p50_s) / ((loops[-1].concurrency or 0) - (loops[0].concurrency or 0))
+        if rise > 0:
+            return rise
+    return step * 0.01
 
 
 def fit_step_costs(observations: list[ServingObservation] | tuple[ServingObservation, ...],
@@ -177,6 +192,10 @@ def fit_step_costs(observations: list[ServingObservation] | tuple[ServingObserva
     source = ("calibrated from " + "; ".join(dict.fromkeys(o.source or o.label for o in obs)))[:500]
     floor = math.log(MIN_COST_S)
     anchor = np.log(np.array([max(getattr(prior, n), MIN_COST_S) for n in FITTED])) if prior is not None else None
+    # The pull toward the prior only where the prior knows the cost: an estimate's per-sequence host time
+    # is 0 (no public figure), which is no evidence that it is small.
+    pull = (PRIOR_WEIGHT * np.array([1.0 if getattr(prior, n) > 0 else 0.0 for n in FITTED])
+            if prior is not None else None)
 
     def simulated(theta: np.ndarray) -> np.ndarray:
         config = SimConfig(costs=_costs(base, theta, source), limits=limits)
@@ -189,7 +208,8 @@ def fit_step_costs(observations: list[ServingObservation] | tuple[ServingObserva
     def residuals(theta: np.ndarray) -> np.ndarray:
         r: np.ndarray = np.log(simulated(theta) / measured)
         if anchor is not None:
-            r = np.concatenate([r, PRIOR_WEIGHT * (theta - anchor)])
+            assert pull is not None
+            r = np.concatenate([r, pull * (theta - anchor)])
         return r
 
     best: tuple[float, np.ndarray, int] | None = None

@@ -60,6 +60,11 @@ class StepCosts(ServingValue):
     attention_s_per_pair: float = Field(ge=0, le=MAX_STEP_S)  # attention FLOPs of one query·key pair
     comm_s_per_token: float = Field(0.0, ge=0, le=MAX_STEP_S)  # TP all-reduces of one new token; 0 at TP 1
     request_overhead_s: float = Field(0.0, ge=0, le=MAX_STEP_S)  # host time of a request's first token only
+    # Host time per sequence a step schedules, outside the GPU's roofline: sampling, detokenizing and
+    # streaming each sequence's new token. Measured as the inter-token gap rising with the users on a
+    # real engine whose GPU-side step barely grows (docs/serving_sim.md §7); the speed model has no
+    # public figure for it, so estimates leave it 0 and `calibrate` fits it from a load run.
+    seq_s: float = Field(0.0, ge=0, le=MAX_STEP_S)
     source: str = Field(min_length=1, max_length=500)  # "estimate: <gpu> …" or "calibrated from <result>"
 
     @model_validator(mode="after")
@@ -79,9 +84,10 @@ class StepCosts(ServingValue):
         return self
 
 
-def step_seconds(costs: StepCosts, *, new_tokens: int, context_tokens_read: int, attention_pairs: int) -> float:
-    """Seconds one step takes that computes `new_tokens` tokens, reads `context_tokens_read` cached
-    tokens' KV and computes `attention_pairs` query·key pairs.
+def step_seconds(costs: StepCosts, *, new_tokens: int, context_tokens_read: int, attention_pairs: int,
+                 seqs: int = 0) -> float:
+    """Seconds one step takes that computes `new_tokens` tokens of `seqs` sequences, reads
+    `context_tokens_read` cached tokens' KV and computes `attention_pairs` query·key pairs.
 
     A step whose tokens route to experts reads only the experts touched: with T tokens each picking
     k of E experts independently, an expert is untouched with probability (1 − k/E)^T, so the share
@@ -91,7 +97,7 @@ def step_seconds(costs: StepCosts, *, new_tokens: int, context_tokens_read: int,
     memory = (costs.weights_s + costs.expert_weights_s * expert_share
               + costs.kv_read_s_per_token * context_tokens_read)
     compute = costs.compute_s_per_token * new_tokens + costs.attention_s_per_pair * attention_pairs
-    return costs.overhead_s + max(memory, compute) + costs.comm_s_per_token * new_tokens
+    return costs.overhead_s + max(memory, compute) + costs.comm_s_per_token * new_tokens + costs.seq_s * seqs
 
 
 class EngineLimits(ServingValue):

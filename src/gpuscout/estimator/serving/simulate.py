@@ -327,7 +327,7 @@ class _Run:
         n, c = self.n_dec, self.costs
         r0 = self.sum_kv + n  # context read (and query·key pairs) of the first step; + n each step
         share = 1.0 - (1.0 - c.experts_touched_per_token) ** n
-        fixed = c.overhead_s + c.comm_s_per_token * n
+        fixed = c.overhead_s + c.comm_s_per_token * n + c.seq_s * n
         m0 = c.weights_s + c.expert_weights_s * share + c.kv_read_s_per_token * r0
         m1 = c.kv_read_s_per_token * n
         p0 = c.compute_s_per_token * n + c.attention_s_per_pair * r0
@@ -407,7 +407,8 @@ class _Run:
             # Nothing could run (a waiting head whose blocks are not free and nothing running to free
             # them cannot happen: _check_fits guarantees one request fits an empty cache).
             raise AssertionError("a step with nothing scheduled")
-        d = step_seconds(self.costs, new_tokens=new_tokens, context_tokens_read=context, attention_pairs=pairs)
+        d = step_seconds(self.costs, new_tokens=new_tokens, context_tokens_read=context, attention_pairs=pairs,
+                         seqs=n_dec + len(chunks))
         end = self.now + d
         if n_dec:
             self.itl_v.append(d)
