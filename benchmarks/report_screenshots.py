@@ -76,7 +76,7 @@ def shoot(pages: dict[str, Path], out: Path) -> list[Path]:
         for name, path in pages.items():
             page = browser.new_page(viewport={"width": 1200, "height": 900})
             page.goto(path.as_uri(), wait_until="load")
-            written.append(_save(page, out / f"{name}-page.png", full=True))
+            written.append(_save(page, out / f"{name}-page.png", full=True))  # a long page: its first 5,000 px
             figures = page.locator("figure.plot")
             for i in range(figures.count()):
                 plot = figures.nth(i).get_attribute("data-plot") or str(i)
@@ -101,7 +101,9 @@ def _sorted_and_filtered(page: Any, out: Path) -> list[Path]:
 
 def _save(target: Any, path: Path, *, full: bool = False, clip_rows: bool = False) -> Path:
     if full:
-        target.screenshot(path=str(path), full_page=True)
+        height = target.evaluate("document.documentElement.scrollHeight")
+        target.screenshot(path=str(path), full_page=True, clip={"x": 0, "y": 0, "width": 1200,
+                                                                "height": min(height, 5000)})
     elif clip_rows:  # the head of a long table: what the reader sees first
         box = target.bounding_box()
         page = target.page

@@ -49,10 +49,12 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     synthetic_catalog(catalog, 300)
     big = folder / "big-pick.json"
     big.write_text(gpuscout("pick", "--offers", str(catalog), "--cloud", "aws", "--json", "--no-store", cwd=folder))
-    files = write_all(folder / "samples") if (folder / "samples").mkdir() is None else {}
+    (folder / "samples").mkdir()
+    files = write_all(folder / "samples")
     made = {}
     for name, sources in (("pick", [big]), ("load", [files["load-a"], files["load-b"]]),
-                          ("compare", [files["compare"]]), ("plan", [files["estimate"], files["pick"]])):
+                          ("compare", [files["compare"]]), ("plan", [files["estimate"], files["pick"]]),
+                          ("bench", [files["bench"]]), ("doctor", [files["doctor"], files["checks"]])):
         made[name] = folder / f"{name}.html"
         gpuscout("report", *map(str, sources), "-o", str(made[name]), cwd=folder)
     return made
@@ -194,7 +196,7 @@ def pairs(boxes: list[list[float]]) -> list[tuple[int, int]]:
     return [(i, j) for i in range(len(boxes)) for j in range(i + 1, len(boxes)) if overlap(boxes[i], boxes[j])]
 
 
-@pytest.mark.parametrize("name", ["pick", "load", "compare", "plan"])
+@pytest.mark.parametrize("name", ["pick", "load", "compare", "plan", "bench", "doctor"])
 def test_no_legend_or_label_overlaps_data_or_each_other(browser: Any, pages: dict[str, Path], name: str) -> None:
     page, _ = open_page(browser, pages[name])
     figures = page.locator("figure.plot")
@@ -215,7 +217,7 @@ def test_no_legend_or_label_overlaps_data_or_each_other(browser: Any, pages: dic
             assert not [t for t in (*b["xticks"], *b["yticks"], *b["legends"]) if overlap(box, t)], plot
         checked += 1
     assert checked == figures.count() > 0
-    assert legends > 0 or name == "compare"  # the forest plot alone has no legend
+    assert legends > 0 or name in ("compare", "doctor")  # a forest plot and check bands have no legend
     if name == "pick":  # the frontier's points are named on the plot
         assert page.locator("figure[data-plot='pick-cost-time'] g[id*='pareto-label'] text").count() >= 2
         assert page.locator("figure[data-plot='pick-bills']").count() == 1

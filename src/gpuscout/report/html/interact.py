@@ -95,6 +95,7 @@ table[data-sortable] th button { font: inherit; font-weight: 600; background: no
   cursor: pointer; text-align: inherit; color: inherit; }
 table[data-sortable] th[aria-sort="ascending"] button::after { content: " ▲"; font-size: 0.7em; }
 table[data-sortable] th[aria-sort="descending"] button::after { content: " ▼"; font-size: 0.7em; }
+table[data-sortable] td.num { white-space: nowrap; }
 tr.filters th { background: #fafafa; padding-top: 0; } tr.filters input { width: 100%; min-width: 4em;
   box-sizing: border-box; font: inherit; font-size: 0.8rem; }
 """
