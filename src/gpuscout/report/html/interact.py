@@ -19,6 +19,7 @@ import hashlib
 SCRIPT = """
 (function () {
   "use strict";
+  var collate = new Intl.Collator(undefined, {numeric: true}).compare;
   function key(row, i) {
     var cell = row.cells[i];
     if (!cell) return "";
@@ -29,7 +30,7 @@ SCRIPT = """
     var x = typeof a === "number" && !isNaN(a), y = typeof b === "number" && !isNaN(b);
     if (x && y) return a - b;
     if (x !== y) return x ? -1 : 1;
-    return String(a).localeCompare(String(b), undefined, {numeric: true});
+    return collate(String(a), String(b));
   }
   document.querySelectorAll("table[data-sortable]").forEach(function (table) {
     var head = table.tHead.rows[0], body = table.tBodies[0];
@@ -79,8 +80,12 @@ SCRIPT = """
         var up = th.getAttribute("aria-sort") !== "ascending";
         Array.prototype.forEach.call(head.cells, function (h) { h.removeAttribute("aria-sort"); });
         th.setAttribute("aria-sort", up ? "ascending" : "descending");
-        rows.sort(function (a, b) { return (up ? 1 : -1) * compare(key(a, i), key(b, i)); });
-        rows.forEach(function (row) { body.appendChild(row); });
+        var keyed = rows.map(function (row, n) { return [key(row, i), n, row]; });
+        keyed.sort(function (a, b) { return (up ? 1 : -1) * compare(a[0], b[0]) || a[1] - b[1]; });
+        rows = keyed.map(function (k) { return k[2]; });
+        var moved = document.createDocumentFragment();
+        rows.forEach(function (row) { moved.appendChild(row); });
+        body.appendChild(moved);
       });
     });
     table.tHead.appendChild(controls);
