@@ -99,7 +99,9 @@ def _level(rng: random.Random, level: int, scale: float) -> Case:
     tpot = [scale * (0.012 + 0.0018 * level) * rng.lognormvariate(0, 0.1) for _ in range(120)]
     served = level / (0.06 * queue * scale + 127 * scale * (0.012 + 0.0018 * level))
     good = sum(1 for a, b in zip(ttft, tpot, strict=True) if a <= SLO.ttft_p95_s and b <= SLO.tpot_p95_s) / 120
+    e2e = [a + 127 * b for a, b in zip(ttft, tpot, strict=True)]  # per request, in the order sent, as load keeps it
     metrics = (metric("ttft_s", ttft, "s", higher=False), metric("tpot_s", tpot, "s", higher=False),
+               metric("e2e_s", e2e, "s", higher=False),
                Metric(name="output_tokens_per_s", unit="tokens/s", value=served * 128, higher_is_better=True),
                Metric(name="requests_per_s", unit="requests/s", value=served, higher_is_better=True),
                Metric(name="goodput_rps", unit="requests/s", value=served * good, higher_is_better=True),

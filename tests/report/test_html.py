@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import re
 import sys
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
@@ -13,6 +16,7 @@ import pytest
 from gpuscout.documents.kinds import ChecksDoc, EstimateDoc, PickDoc, RunDoc
 from gpuscout.documents.read import read_documents, to_document
 from gpuscout.errors import MissingDependencyError, SpecError
+from gpuscout.report.html.interact import SCRIPT
 from gpuscout.report.html.page import render_report
 from gpuscout.results.beside import BesideRow, EstimateBeside
 
@@ -75,7 +79,7 @@ def test_every_view_draws_its_plots_with_a_tooltip_per_mark(files: dict[str, Pat
     plots = [attrs for tag, attrs in page.tags if tag == "figure"]
     names = {str(a["data-plot"]) for a in plots}
     assert {"estimate-memory", "pick-cost-time", "compare-forest", "cdf-step_s", "cdf-ttft_s", "cdf-tpot_s",
-            "sweep-ttft_s", "sweep-tpot_s", "sweep-goodput", "checks-bands"} <= names
+            "sweep-ttft_s", "sweep-tpot_s", "sweep-goodput", "checks-bands", "pick-bills", "load-timeline"} <= names
     assert rendered.plots == len(plots)
     for svg in _svgs(rendered.html):
         root = ET.fromstring(svg)  # each plot is well-formed XML
@@ -90,9 +94,15 @@ def test_the_page_is_self_contained(files: dict[str, Path], tmp_path: Path) -> N
     rendered = render_report(read_documents(list(files.values()), tmp_path / "s.sqlite"))
     page = parse(rendered.html)
     tags = {tag for tag, _ in page.tags}
-    assert not tags & {"script", "link", "img", "iframe", "object", "embed", "foreignobject", "image"}
+    assert not tags & {"link", "img", "iframe", "object", "embed", "foreignobject", "image"}
     policy = [a for tag, a in page.tags if tag == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
     assert policy and "default-src 'none'" in str(policy[0]["content"])
+    # One script, the page's own, allowed by the hash of its exact text and by nothing else.
+    scripts = re.findall(r"<script>(.*?)</script>", rendered.html, re.S)
+    assert len(scripts) == 1 and [t for t, _ in page.tags].count("script") == 1
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    assert re.search(r"script-src ([^;]*);", str(policy[0]["content"])).group(1) == f"'sha256-{digest}'"  # type: ignore[union-attr]
+    assert "unsafe-inline" not in re.search(r"script-src [^;]*", str(policy[0]["content"])).group(0)  # type: ignore[union-attr]
     urls = [v for _, attrs in page.tags for k, v in attrs.items() if v and k in ("href", "src", "xlink:href")]
     assert all(u.startswith("#") for u in urls)
     assert "http://" not in rendered.html.replace('xmlns="http://www.w3.org/2000/svg"', "").replace(
@@ -103,7 +113,8 @@ def test_hostile_strings_render_as_text(files: dict[str, Path], tmp_path: Path) 
     hostile = [files[k] for k in ("hostile-pick", "hostile-estimate", "hostile-load", "hostile-checks")]
     rendered = render_report(read_documents(hostile, tmp_path / "s.sqlite"))
     page = parse(rendered.html)
-    assert not [t for t, _ in page.tags if t in ("script", "img", "iframe")]
+    assert not [t for t, _ in page.tags if t in ("img", "iframe")]
+    assert re.findall(r"<script>(.*?)</script>", rendered.html, re.S) == [SCRIPT]  # the page's own, nothing planted
     assert not [(t, k) for t, attrs in page.tags for k in attrs if k.startswith("on")]
     assert not [v for _, attrs in page.tags for v in attrs.values() if v and "javascript:" in v.lower()]
     text = "".join(page.text)

@@ -94,7 +94,7 @@ def test_the_report_renders_cleanly_in_chromium(browser: Any, reports: dict[str,
         assert figure.locator("svg text").count() > 3  # axis labels and ticks were drawn
         assert figure.locator("svg path, svg use").count() > 5
         assert figure.locator("svg title").count() >= int(figure.get_attribute("data-marks") or 0) > 0
-    assert page.locator("script").count() == 0
+    assert page.locator("script").count() == (1 if page.locator("table[data-sortable]").count() else 0)
     shot = tmp_path / f"{name}.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 10_000
@@ -113,6 +113,7 @@ def test_hostile_strings_show_as_text_in_the_browser(browser: Any, reports: dict
     body = page.inner_text("body")
     for s in HOSTILE:
         assert s in body, s
-    assert page.locator("img, iframe, script, a[href^='javascript']").count() == 0
+    assert page.locator("img, iframe, a[href^='javascript']").count() == 0
+    assert page.locator("script").count() == 1  # the page's own: the hostile pick's table is sortable
     page.close()
     assert problems == []

@@ -6,6 +6,7 @@ reported, never replaced or "repaired".
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from gpuscout.errors import SpecError, UnknownNameError
 from gpuscout.results import database
 from gpuscout.results.database import STORE_VERSION, default_store_path, fetch, fetch_result, list_runs, record
 from gpuscout.results.query import check_kind, export_text, parse_since
+from gpuscout.results.store import load_result
 from results import bench_result, runs_case
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -198,7 +200,14 @@ def test_export_writes_a_measurement_as_its_result_file(tmp_path: Path) -> None:
     store = tmp_path / "s.sqlite"
     entry = record(store, "bench", bench_payload(), now=NOW)
     text = export_text(*fetch(store, entry.id))
-    assert '"estimate"' not in text and '"schema_version": 2' in text
+    assert '"estimate"' not in text and '"schema_version": 2' in text  # a null estimate is left out
+    costs = [{"case": "train", "price_source": "--usd-per-hour 3.6", "usd_per_hour": 3.6}]
+    load = {**bench_payload(), "estimate": None, "slo": {"ttft_p95_s": 0.5}, "costs": costs}
+    exported = json.loads(export_text(*fetch(store, record(store, "load", load, now=NOW).id)))
+    assert exported["slo"] == {"ttft_p95_s": 0.5} and exported["costs"] == costs and "estimate" not in exported
+    path = tmp_path / "exported.json"
+    path.write_text(json.dumps(exported))
+    assert load_result(path).name == "a100 run"  # what is written beside the result does not stop it reading
 
 
 def test_the_default_store_follows_xdg(tmp_path: Path) -> None:

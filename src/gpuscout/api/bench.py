@@ -83,8 +83,10 @@ def bench(job: JobRef, *, settings: BenchSettings | None = None, probe: bool = F
     result, stopped_by = run_stoppable(
         measured, lambda done: any(f.kind == "interrupted" for c in done.cases
                                    for f in (*([c.failure] if c.failure else []), *c.failed_runs)))
-    return BenchReport(result=result, estimate=estimate_beside(result, the_job, model), output=path,
-                       stopped_by=stopped_by)
+    estimate = estimate_beside(result, the_job, model)
+    if path is not None and estimate is not None:  # the file carries the estimate the store keeps beside it
+        save_result(result, path, {"estimate": estimate.model_dump(mode="json")})
+    return BenchReport(result=result, estimate=estimate, output=path, stopped_by=stopped_by)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ def load(plan: LoadPlan, *, output: str | Path | None = None, offers: str | Path
     the first request, how long a trace replay will take when one replay is longer than 10 s (`schedule.LONG_WAIT_S`).
     """
     from gpuscout.cost.load_cost import price_load_cases, price_load_cases_on_offer
+    from gpuscout.documents.beside import load_beside
     from gpuscout.hardware.price_sheet import find_offer, load_price_sheet
     from gpuscout.loadgen.session import run_plan
     from gpuscout.results.store import save_result
@@ -76,6 +77,8 @@ def load(plan: LoadPlan, *, output: str | Path | None = None, offers: str | Path
         costs = price_load_cases_on_offer(outcome.result.cases, the_offer, sheet.exchange_rates)
     elif usd_per_hour is not None:
         costs = price_load_cases(outcome.result.cases, usd_per_hour)
+    if path is not None and outcome.result.cases:  # the file carries what the store keeps beside the result
+        save_result(outcome.result, path, load_beside(outcome.result.cases, costs, outcome.search, plan.slo))
     return LoadReport(result=outcome.result, search=outcome.search, costs=costs,
                       output=path if outcome.result.cases else None, stopped_by=stopped_by)
 

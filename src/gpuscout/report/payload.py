@@ -12,6 +12,7 @@ from gpuscout.cost.billing import JobCost
 from gpuscout.cost.calculator import BilledCost, PlainCost
 from gpuscout.cost.load_cost import LoadCost
 from gpuscout.cost.pick import PickResult
+from gpuscout.documents.beside import load_beside
 from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.screen import Screening
 from gpuscout.estimator.serving.replica import ReplicaCapacity
@@ -94,17 +95,9 @@ def bench_payload(result: BenchResult, beside: EstimateBeside | None) -> dict[st
 
 def load_payload(result: BenchResult, costs: Sequence[LoadCost], search: SearchResult | None,
                  slo: Slo | None = None) -> dict[str, Any]:
-    """The result, its costs and search, and the SLO it was judged against (`gpuscout report` draws its lines)."""
-    payload: dict[str, Any] = result.model_dump(mode="json")
-    if slo is not None:
-        payload["slo"] = slo.model_dump()
-    if costs:
-        payload["costs"] = [{"case": case.name, **cost.model_dump()} for case, cost in zip(result.cases, costs,
-                                                                                         strict=True)]
-    if search is not None:
-        payload["search"] = {"best_level": search.best_level, "goodput_rps": search.goodput_rps,
-                             "outcome": search.outcome, "message": search.message}
-    return payload
+    """The result, its costs and search, and the SLO it was judged against (`gpuscout report` draws its lines):
+    what `-o` writes too (`documents.beside`)."""
+    return {**result.model_dump(mode="json"), **load_beside(result.cases, costs, search, slo)}
 
 
 def model_payload(shape: Model, weights: dict[str, int],

@@ -46,14 +46,20 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
 
 
 def export_text(entry: StoredRun, payload: dict[str, Any]) -> str:
-    """What `results export` writes: a measurement as the result file `-o` writes (checked as a result
-    file is when its kind is one this gpuscout reads), any other run as the JSON its command printed."""
+    """What `results export` writes: a measurement as the result file `-o` writes, with what its command
+    wrote beside it (`store.BESIDE_KEYS`: load's costs, SLO and search, bench's estimate), so `report` draws
+    the export as it draws the stored run (the result checked as a result file is when its kind is one this
+    gpuscout reads); any other run as the JSON its command printed."""
     from gpuscout.results.schema import BenchResult  # numpy and the schema: only an export needs them
-    from gpuscout.results.store import parse_result
+    from gpuscout.results.store import BESIDE_KEYS, parse_result
 
     if "cases" not in payload or "schema_version" not in payload:
         return json.dumps(payload, indent=2, allow_nan=False) + "\n"
     part = {k: v for k, v in payload.items() if k in BenchResult.model_fields}
+    beside = {k: payload[k] for k in BESIDE_KEYS if payload.get(k) is not None}
     if part.get("kind") in _SCHEMA_KINDS:
-        return parse_result(part, f"stored run {entry.id}").model_dump_json(indent=2)
-    return json.dumps(part, indent=2, allow_nan=False) + "\n"
+        result = parse_result(part, f"stored run {entry.id}")
+        if not beside:
+            return result.model_dump_json(indent=2)
+        part = result.model_dump(mode="json")
+    return json.dumps({**part, **beside}, indent=2, allow_nan=False) + "\n"

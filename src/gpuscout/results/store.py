@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +16,37 @@ from gpuscout.userfile import MAX_RESULT_BYTES, first_invalid_field, printable, 
 
 _FIX = "Pass a file written by `gpuscout bench -o FILE` or `gpuscout load -o FILE`; re-run it if it was cut off."
 _MAX_INT = 2**63  # results are int64 everywhere they are read (numpy, pandas, JSON tools)
+# What a command writes beside its result, in the file as in the results store, so that `gpuscout report`
+# draws a file as it draws the stored run: bench's estimate for the GPU, load's per-level costs, its
+# search verdict and the SLO it was judged against. Readers of the measurement itself pass over them
+# (`documents.read` reads and checks them); any other key is still refused as a typo or a foreign file.
+BESIDE_KEYS = ("estimate", "costs", "search", "slo")
 
 
-def save_result(result: BenchResult, path: Path) -> None:
-    """Write atomically (a partial file is never left behind, even on Ctrl-C)."""
-    write_atomic(path, result.model_dump_json(indent=2), what="result file")
+def save_result(result: BenchResult, path: Path, beside: Mapping[str, Any] | None = None) -> None:
+    """Write atomically (a partial file is never left behind, even on Ctrl-C), with what its command
+    printed beside the result (keys in `BESIDE_KEYS` only)."""
+    extra = dict(beside or {})
+    unknown = sorted(set(extra) - set(BESIDE_KEYS))
+    if unknown:
+        raise ValueError(f"not a key written beside a result: {', '.join(unknown)}")
+    if not extra:
+        write_atomic(path, result.model_dump_json(indent=2), what="result file")
+        return
+    data = {**result.model_dump(mode="json"), **extra}
+    write_atomic(path, json.dumps(data, indent=2, allow_nan=False), what="result file")
 
 
 def load_result(path: Path) -> BenchResult:
-    """A result file, checked: at most 512 MiB, finite numbers in range, the schema version, the schema."""
-    return parse_result(read_user_json(path, "result file", _FIX, max_bytes=MAX_RESULT_BYTES), path)
+    """A result file, checked: at most 512 MiB, finite numbers in range, the schema version, the schema
+    (what was written beside the result, `BESIDE_KEYS`, is passed over)."""
+    return parse_result(measurement_part(read_user_json(path, "result file", _FIX, max_bytes=MAX_RESULT_BYTES)),
+                        path)
+
+
+def measurement_part(data: Any) -> Any:
+    """The result without what its command wrote beside it."""
+    return {k: v for k, v in data.items() if k not in BESIDE_KEYS} if isinstance(data, dict) else data
 
 
 def parse_result(data: Any, path: Path | str) -> BenchResult:

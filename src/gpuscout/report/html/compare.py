@@ -104,10 +104,11 @@ def forest_plot(rows: list[ForestRow], canvas: Canvas) -> Html:
                             edgecolors="#000000", linewidths=0.6)
         points.set_gid("advantages")
         tips["advantages"] = [row.tip for row in rows]
-        log_scale(ax, "x", "×")
         ends = [v for row in rows for v in (row.ratio.advantage, row.ratio.ci95_low, row.ratio.ci95_high)
                 if v is not None and v > 0]
+        ax.set_xscale("log")
         ax.set_xlim(max(min([0.8, *ends]) / 1.15, 1e-3), min(max([1.25, *ends]) * 1.15, 1e3))
+        log_scale(ax, "x", "×")  # after the limits: it spaces its ticks by the decades shown
         ax.set_yticks(ys, [label(("★ " if r.headline else "") + r.text, 70) for r in rows])
         ax.set_ylim(-0.7, len(rows) - 0.3)
         ax.grid(axis="y", visible=False)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from gpuscout.documents.kinds import RunDoc
 from gpuscout.report.html.parts import Html, bullets, figure, para, table
-from gpuscout.report.html.svg import Canvas, color, label
+from gpuscout.report.html.svg import Canvas, color, label, outside_legend
 from gpuscout.report.numbers import common_unit, in_unit, money, percent, seconds, sig
 from gpuscout.results.schema import TPOT_S, TTFT_S, VALID_NOTE, Case, Metric, level_verdict
 from gpuscout.workload.job import Slo
@@ -108,7 +108,7 @@ def latency_plot(loads: Sequence[LoadSeries], metric: str, field: str, what: str
                        label=f"SLO: P95 {what} ≤ {seconds(target)}")
         ax.set_xlabel("throughput, output tokens/s")
         ax.set_ylabel(f"{what}, {unit}")
-        ax.legend(loc="upper left", fontsize=7.5)
+        outside_legend(fig, ax, fontsize=7.5)
         svg = canvas.svg(fig, tips)
     caption = (f"{what} P95 (solid) and P50 (dashed) at each load level, against the throughput it delivered; the "
                "dotted line is the SLO target. Hollow points failed the validity gate. Hover a point for its level.")
@@ -144,7 +144,7 @@ def goodput_plot(loads: Sequence[LoadSeries], canvas: Canvas) -> Html:
         ax.set_xlabel("concurrency (requests in flight)" if arrival == {"concurrency"} else "load level")
         ax.set_ylabel("requests/s")
         ax.set_ylim(bottom=0)
-        ax.legend(loc="upper left", fontsize=7.5)
+        outside_legend(fig, ax, fontsize=7.5)
         svg = canvas.svg(fig, tips)
     caption = ("Goodput (solid): requests per second that met every SLO target, against all requests served "
                "(dashed). A star marks the highest level a search found meeting the SLO.")

@@ -1,9 +1,11 @@
 """`gpuscout report`: one self-contained HTML file from any of gpuscout's outputs.
 
-The page holds everything it shows: its style inline, each plot as inline SVG (`svg`), no
-script at all and no font file (the browser's own sans-serif). A Content-Security-Policy in the
-page forbids every script and every fetch, so even a string that escaped escaping could not run
-and the page cannot reach the network. Views by kind: `estimate`, `pick`,
+The page holds everything it shows: its style inline, each plot as inline SVG (`svg`), no font
+file (the browser's own sans-serif) and at most one small inline script, which sorts and filters
+the long tables (`interact`); with scripts off every table is still there, whole. A
+Content-Security-Policy in the page allows that script alone, by its SHA-256, and forbids every
+fetch, so even a string that escaped escaping could not run and the page cannot reach the network.
+Views by kind: `estimate`, `pick`,
 `compare`, `runs` (bench and load; every result given is drawn on the same axes) and
 `checks` (doctor, probe and any other kind: cases × metrics against their bands).
 """
@@ -18,14 +20,18 @@ from gpuscout.documents.kinds import ChecksDoc, CompareDoc, Document, EstimateDo
 from gpuscout.report.html.checks import checks_view
 from gpuscout.report.html.compare import compare_view
 from gpuscout.report.html.estimate import estimate_view
+from gpuscout.report.html.interact import CSS as TABLE_CSS
+from gpuscout.report.html.interact import SCRIPT, SCRIPT_HASH
 from gpuscout.report.html.parts import Html, section, table, tag
 from gpuscout.report.html.pick import pick_view
 from gpuscout.report.html.runs import runs_view
 from gpuscout.report.html.svg import Canvas
 from gpuscout.workload.job import Slo
 
-# No script may run and nothing may be fetched; styles are inline (matplotlib's SVG uses style attributes).
-POLICY = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+# No script but the page's own may run, and nothing may be fetched; styles are inline (matplotlib's SVG uses
+# style attributes).
+POLICY = (f"default-src 'none'; script-src '{SCRIPT_HASH}'; style-src 'unsafe-inline'; img-src data:; "
+          "base-uri 'none'; form-action 'none'")
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", "Noto Sans", "PingFang SC", "Microsoft YaHei",
        sans-serif; margin: 0 auto; max-width: 1100px; padding: 1.5rem; color: #1a1a1a; line-height: 1.45; }
@@ -41,7 +47,8 @@ figcaption { font-size: 0.82rem; color: #444; max-width: 80ch; }
 .verdict { font-size: 1.02rem; border-left: 4px solid #0072B2; padding: 0.4rem 0.8rem; background: #f3f8fc; }
 code { font-size: 0.8rem; overflow-wrap: anywhere; } nav ol { columns: 2; font-size: 0.9rem; }
 details { margin: 0.4rem 0; } summary { cursor: pointer; }
-"""
+.table-wrap { overflow-x: auto; }
+""" + TABLE_CSS
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,10 @@ def render_report(docs: Sequence[Document], *, title: str = "gpuscout report", s
                                      f"{len(docs)} source(s).", class_="note"),
                             _sources(docs), tag("nav", tag("ol", [tag("li", tag("a", t, href=f"#{a}"))
                                                                   for a, t, _ in parts]))])
-    body = tag("body", [header, tag("main", [p for _, _, p in parts]), _footer()])
+    main = tag("main", [p for _, _, p in parts])
+    sortable = "data-sortable" in main
+    script = [Html(f"<script>{SCRIPT}</script>")] if sortable else []
+    body = tag("body", [header, main, _footer(sortable), *script])
     head = tag("head", [Html('<meta charset="utf-8">'),
                         Html('<meta name="viewport" content="width=device-width, initial-scale=1">'),
                         Html(f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">'),
@@ -116,7 +126,9 @@ def _result_kind(doc: RunDoc | ChecksDoc) -> str:
     return doc.result.kind if isinstance(doc, RunDoc) else doc.result_kind
 
 
-def _footer() -> Html:
+def _footer(scripted: bool) -> Html:
+    script = ("Its one script only sorts and filters the tables; with scripts off they are all there, in "
+              "gpuscout's order. " if scripted else "This page runs no script. ")
     return tag("footer", tag("p", "Costs are opinions of the prices given when each output was made; measurements "
-                                  "and estimates are facts of their runs. This page runs no script and loads "
-                                  "nothing: it works offline.", class_="note"))
+                                  "and estimates are facts of their runs. " + script + "It loads nothing: it "
+                                  "works offline.", class_="note"))

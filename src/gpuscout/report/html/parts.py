@@ -10,7 +10,8 @@ is text like any other). Control characters are shown as escapes (`escape.printa
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 
 from gpuscout.report.escape import printable
 
@@ -52,14 +53,32 @@ def bullets(items: Iterable[str | Html], **attrs: str | None) -> Html:
     return tag("ul", rows, **attrs) if rows else Html("")
 
 
-def table(header: Sequence[str], rows: Iterable[Sequence[str | Html]], *, caption: str = "",
-          numeric: Sequence[int] = ()) -> Html:
-    """A table; the columns numbered in `numeric` align right (figures line up)."""
-    head = tag("tr", [tag("th", h, class_="num" if i in numeric else None) for i, h in enumerate(header)])
-    body = [tag("tr", [tag("td", c, class_="num" if i in numeric else None) for i, c in enumerate(row)])
-            for row in rows]
+Cell = str | Html | tuple[str | Html, float | None]  # a cell, or a cell and the number it sorts by
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Cell]], *, caption: str = "",
+          numeric: Sequence[int] = (), sortable: bool = False, filters: Mapping[int, str] | None = None,
+          units: Mapping[int, str] | None = None) -> Html:
+    """A table; the columns numbered in `numeric` align right (figures line up). A `sortable` one is sorted
+    and filtered in the page by its one script (`interact`): a cell given as (text, number) sorts by the
+    number, the columns in `filters` get a filter ("text" or "max", with the number's unit from `units`)."""
+    wants = filters or {}
+    head = tag("tr", [tag("th", h, class_="num" if i in numeric else None, data_filter=wants.get(i) if sortable
+                          else None, data_unit=(units or {}).get(i) if sortable else None)
+                      for i, h in enumerate(header)])
+    body = [tag("tr", [_cell(c, i in numeric) for i, c in enumerate(row)]) for row in rows]
     parts = ([tag("caption", caption)] if caption else []) + [tag("thead", head), tag("tbody", body)]
-    return tag("table", parts)
+    if not sortable:
+        return tag("table", parts)
+    return tag("div", tag("table", parts, data_sortable=""), class_="table-wrap")  # a wide table scrolls alone
+
+
+def _cell(cell: Cell, numeric: bool) -> Html:
+    if isinstance(cell, tuple):
+        text, number = cell
+        key = "" if number is None or not math.isfinite(number) else repr(float(number))
+        return tag("td", text, class_="num" if numeric else None, data_sort=key)
+    return tag("td", cell, class_="num" if numeric else None)
 
 
 def section(anchor: str, title: str, content: Iterable[str | Html], *, kind: str) -> Html:

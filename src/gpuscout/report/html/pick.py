@@ -9,16 +9,15 @@ from typing import TYPE_CHECKING
 from gpuscout.cost.pick_row import PickRow
 from gpuscout.cost.trial_price import TrialAdvice
 from gpuscout.documents.kinds import PickDoc
-from gpuscout.hardware.currency import DisplayCurrency, from_usd
-from gpuscout.report.bill_block import BLOCKS, bill_block, shown_band
+from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate, from_usd
+from gpuscout.report.bill_block import BLOCKS, bill_block, bill_parts, shown_band
 from gpuscout.report.compat import finding_text
 from gpuscout.report.gpu_layout import layout_words
 from gpuscout.report.html.parts import Html, bullets, details, figure, para, shorten, table, tag
-from gpuscout.report.html.svg import Canvas, color, log_scale
-from gpuscout.report.numbers import duration, duration_band
+from gpuscout.report.html.svg import Canvas, color, label, log_scale, outside_legend, point_labels
+from gpuscout.report.numbers import duration, duration_band, money
 from gpuscout.report.pick import (
     TIGHT_CAPTION,
-    TOP,
     plan_words,
     price_age,
     rates_text,
@@ -37,6 +36,8 @@ if TYPE_CHECKING:
 
 _LOG_SPAN = 30.0  # an axis spanning more than this factor is drawn on a log scale
 _IDS_SHOWN = 12  # offer ids listed per reason before the rest fold away
+_LABELS = 12  # Pareto points named on the plot (the cheapest first); the rest are in the hover text and table
+_BILLS = 10  # ranked offers whose bill is drawn line by line
 
 
 def pick_view(doc: PickDoc, canvas: Canvas) -> list[Html]:
@@ -49,7 +50,7 @@ def pick_view(doc: PickDoc, canvas: Canvas) -> list[Html]:
     parts = [intro]
     if any(r.runtime_s is not None and r.total_usd is not None for r in pick.rows):
         parts.append(cost_time_plot(pick.rows, pick.currency, canvas))
-    parts += [ranked_table(doc), *compat_table(ranked), *excluded_tables(excluded)]
+    parts += [ranked_table(doc, canvas), *compat_table(ranked), *excluded_tables(excluded)]
     notes = [*unvouched_lines(pick.rows),
              *(["Exchange rates: " + rates_text(pick.exchange_rates).removeprefix("Exchange rates used: ")]
                if pick.exchange_rates else []), *pick.warnings, *doc.notes]
@@ -80,15 +81,36 @@ def cost_time_plot(rows: Sequence[PickRow], shown: DisplayCurrency, canvas: Canv
         if len(frontier) > 1:
             ax.plot([_hours(r) for r in frontier], [from_usd(r.total_usd or 0.0, shown) for r in frontier],
                     drawstyle="steps-post", color=color(0), linewidth=1.2, zorder=1)
-        _scales(ax, [r for r in rows if r.runtime_s is not None and r.total_usd is not None], shown)
+        drawn = [r for r in rows if r.runtime_s is not None and r.total_usd is not None]
+        _scales(ax, drawn, shown)
         ax.set_xlabel("job time, hours")
         ax.set_ylabel(f"total cost of the job, {shown.code}")
-        ax.legend(loc="upper right")
+        outside_legend(fig, ax)
+        low, high = ax.get_ylim()  # room under the frontier (the cheapest offers) for its names
+        ax.set_ylim(low / 1.8 if ax.get_yscale() == "log" else min(0.0, low), high)
+        named = _distinct_points(frontier)[:_LABELS]
+        placed = point_labels(fig, ax, [(_hours(r), from_usd(r.total_usd or 0.0, shown)) for r in named],
+                              [r.offer_id for r in named], gid="pareto-label", others=[
+                                  (_hours(r), from_usd(r.total_usd or 0.0, shown)) for r in drawn])
         svg = canvas.svg(fig, tips)
+    unnamed = len(named) - placed
     caption = ("Each point is an offer: what the whole job costs there against how long it takes. The line joins "
-               "the Pareto frontier (no other offer is both faster and cheaper). Grey crosses were excluded (deadline, "
-               "budget, host, SLO): the reason is in the hover text and in the table below.")
+               "the Pareto frontier (no other offer is both faster and cheaper); its points are named where the "
+               "name fits beside them" + (f" ({unnamed} could not be: hover them)" if unnamed else "") + ". Grey "
+               "crosses were excluded (deadline, budget, host, SLO): the reason is in the hover text and in the "
+               "table below.")
     return figure(svg, caption, name="pick-cost-time", marks=marks)
+
+
+def _distinct_points(frontier: Sequence[PickRow]) -> list[PickRow]:
+    """One row per (runtime, total) point: a catalog lists the same instance in many regions at one price."""
+    seen: set[tuple[float | None, float | None]] = set()
+    out = []
+    for row in frontier:
+        if (row.runtime_s, row.total_usd) not in seen:
+            seen.add((row.runtime_s, row.total_usd))
+            out.append(row)
+    return out
 
 
 def _scales(ax: Axes, rows: Sequence[PickRow], shown: DisplayCurrency) -> None:
@@ -97,7 +119,7 @@ def _scales(ax: Axes, rows: Sequence[PickRow], shown: DisplayCurrency) -> None:
     for values, which in ((xs, "x"), (ys, "y")):
         positive = [v for v in values if v > 0]
         if positive and max(positive) / min(positive) > _LOG_SPAN:
-            log_scale(ax, which)
+            log_scale(ax, which, fine_decades=3.5)  # a 7-inch axis holds 1-2-5 ticks over 3.5 decades
 
 
 def _hours(row: PickRow) -> float:
@@ -122,14 +144,22 @@ def _tip(row: PickRow, shown: DisplayCurrency) -> str:
     return "\n".join(lines)
 
 
-def ranked_table(doc: PickDoc) -> Html:
+def ranked_table(doc: PickDoc, canvas: Canvas | None = None) -> Html:
+    """Every ranked offer, sortable and filterable in the page (by GPU, provider, fits, job time, total …);
+    then the trial advice, the top offers' bills drawn line by line, and the first few in words."""
     pick = doc.pick
-    rows, hidden = shown_rows(pick, wide=False, top=TOP)
-    cells = [[str(i + 1), Html(tag("strong", r.offer_id) if r.pareto else tag("span", r.offer_id)),
-              f"{r.provider}, {r.tier}", _gpus(r), _runtime(r), shown_money(r.total_usd, pick.currency),
+    rows, _ = shown_rows(pick, wide=False, top=0)
+    money_of = pick.currency
+
+    def amount(usd: float | None) -> tuple[str, float | None]:
+        return shown_money(usd, money_of), None if usd is None else from_usd(usd, money_of)
+
+    cells = [[(str(i + 1), float(i + 1)), Html(tag("strong", r.offer_id) if r.pareto else tag("span", r.offer_id)),
+              f"{r.provider}, {r.tier}", _gpus(r), r.fit_verdict,
+              (_runtime(r), None if r.runtime_s is None else r.runtime_s / HOUR_S), amount(r.total_usd),
               shown_band(r, pick.currency) if r.total_usd is not None else "",
               "≈ overlaps the leader" if r.separable is False else "",
-              shown_money(r.total_p95_usd, pick.currency), shorten(unit_costs(r.unit_costs_usd, pick.currency), 60),
+              amount(r.total_p95_usd), shorten(unit_costs(r.unit_costs_usd, pick.currency), 60),
               "" if r.slo_met is None else ("yes" if r.slo_met else "no") + (f" ({r.slo_source})"
                                                                               if r.slo_source else ""),
               "; ".join(x for x in (plan_words(r.plan) if r.plan else "", tight_words(r, pick.currency).strip()) if x),
@@ -137,18 +167,60 @@ def ranked_table(doc: PickDoc) -> Html:
              for i, r in enumerate(rows)]
     caption = (f"Ranked offers ({pick.currency.code}; bold: on the Pareto frontier; the band runs from the bill at "
                "the fast end of the runtime band to the P95 bill at its slow end; ≈: not separable from the leader "
-               "before measuring)")
-    out = [table(["#", "offer", "provider", "GPUs", "job time", "total", "band", "vs leader", "P95", "per unit",
-                  "SLO", "plan", "observed (age)"], cells, caption=caption, numeric=(0, 4, 5, 6, 8))]
+               "before measuring). Click a header to sort; type in a column's box to filter.")
+    code = pick.currency.code
+    out = [table(["#", "offer", "provider", "GPUs", "fits", "job time", "total", "band", "vs leader", "P95",
+                  "per unit", "SLO", "plan", "observed (age)"], cells, caption=caption, numeric=(0, 5, 6, 7, 9),
+                 sortable=True, filters={1: "text", 2: "text", 3: "text", 4: "text", 5: "max", 6: "max", 9: "max",
+                                         11: "text"},
+                 units={5: "h", 6: code, 9: code})]
     out += _trial(pick.trial, pick.currency)
+    if canvas is not None:
+        out += bill_plot(rows, pick.currency, pick.exchange_rates, canvas)
     for row in [r for r in pick.rows if r.excluded is None and r.cost is not None][:BLOCKS]:
         out.append(para(" ".join(line.plain.strip() for line in bill_block(row, pick.currency, pick.exchange_rates))))
-    if hidden:
-        out.append(para(f"… {hidden:,} more ranked offers not shown (`gpuscout pick --json` has every row).",
-                        class_="note"))
     if any(r.fit_verdict == "tight" and r.excluded is None for r in rows):
         out.append(para(TIGHT_CAPTION, class_="note"))
     return Html("".join(out))
+
+
+def bill_plot(rows: Sequence[PickRow], shown: DisplayCurrency, rates: Sequence[ExchangeRate],
+              canvas: Canvas) -> list[Html]:
+    """The top offers' bills as stacked bars: compute, billed start-up, idle tail, storage (while running and
+    while stopped), egress, retries: where a bill's money goes beside the work itself."""
+    billed = [r for r in rows if r.cost is not None and r.total_usd is not None][:_BILLS]
+    if not billed:
+        return []
+    bills = [dict(bill_parts(r.cost, shown, rates)) for r in billed if r.cost is not None]
+    names = [n for n in dict.fromkeys(n for b in bills for n in b) if any(b.get(n, 0.0) > 0 for b in bills)]
+    tips: dict[str, str | Sequence[str]] = {}
+    ys = list(range(len(billed)))[::-1]
+    marks = 0
+    with canvas.figure(7.2, 1.3 + 0.34 * len(billed)) as fig:
+        ax = fig.add_subplot()
+        left = [0.0] * len(billed)
+        for j, name in enumerate(names):
+            widths = [b.get(name, 0.0) for b in bills]
+            bars = ax.barh(ys, widths, left=left, height=0.62, color=color(j), label=name, edgecolor="white",
+                           linewidth=0.5)
+            for k, (bar, width, row) in enumerate(zip(bars, widths, billed, strict=True)):
+                if width > 0:
+                    bar.set_gid(f"bill-{k}-{j}")
+                    share = width / sum(bills[k].values()) if sum(bills[k].values()) > 0 else 0.0
+                    tips[f"bill-{k}-{j}"] = (f"{row.offer_id} · {name}: {money(width, shown.code)} "
+                                             f"({share:.0%} of {money(sum(bills[k].values()), shown.code)})")
+                    marks += 1
+            left = [a + w for a, w in zip(left, widths, strict=True)]
+        ax.set_yticks(ys, [label(r.offer_id, 34) for r in billed])
+        ax.set_ylim(-0.6, len(billed) - 0.4)
+        ax.grid(axis="y", visible=False)
+        ax.set_xlabel(f"expected bill, {shown.code}")
+        outside_legend(fig, ax)
+        svg = canvas.svg(fig, tips)
+    caption = (f"The bills of the {len(billed)} cheapest ranked offers, line by line: the work itself (compute), the "
+               "billed start-up and idle tail of the first start, storage while running and while stopped, egress "
+               "and expected retries. Hover a segment for its amount and share.")
+    return [figure(svg, caption, name="pick-bills", marks=marks)]
 
 
 def _trial(advice: TrialAdvice | None, shown: DisplayCurrency) -> list[Html]:

@@ -16,7 +16,8 @@ import numpy as np
 from gpuscout.documents.kinds import RunDoc
 from gpuscout.report.html.load import load_tables, sweep_plots
 from gpuscout.report.html.parts import Html, bullets, figure, shorten, table, tag
-from gpuscout.report.html.svg import Canvas, color, label
+from gpuscout.report.html.svg import Canvas, color, label, outside_legend
+from gpuscout.report.html.timeline import timeline_plots
 from gpuscout.report.numbers import common_unit, in_unit, value_in
 from gpuscout.results.entries import describe
 from gpuscout.results.fairness import labels
@@ -48,6 +49,7 @@ def runs_view(docs: Sequence[RunDoc], canvas: Canvas, *, slo: Slo | None = None)
         if series:
             parts.append(cdf_plot(metric, (short, what), series, canvas))
     parts += sweep_plots(docs, letters, canvas, slo=slo)
+    parts += timeline_plots(docs, letters, canvas, slo=slo)
     for doc, letter in zip(docs, letters, strict=True):
         parts += [tag("h3", f"{letter}: {doc.result.name}"), *_details(doc)]
     return parts
@@ -97,7 +99,7 @@ def cdf_plot(metric: str, names: tuple[str, str], series: Sequence[Series], canv
         ax.set_xlabel(f"{short} ({metric}), {unit}")
         ax.set_ylabel("share of samples at or below")
         ax.set_ylim(0, 1.02)
-        ax.legend(loc="lower right", ncol=2 if len(series) > 6 else 1)
+        outside_legend(fig, ax)
         svg = canvas.svg(fig, tips)
     caption = (f"Distribution of the {what}: each curve is one result's case, rising to 1 at its slowest sample; "
                "dots mark P50 and P95. Curves further left are faster; a steep curve is a steady one.")

@@ -22,13 +22,19 @@ from contextlib import contextmanager
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from gpuscout.errors import MissingDependencyError
 from gpuscout.report.escape import printable
 from gpuscout.report.html.parts import Html
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.backend_bases import RendererBase
     from matplotlib.figure import Figure
+    from matplotlib.text import Annotation
+    from matplotlib.transforms import Bbox
+    from numpy.typing import NDArray
 
 SVG_NS, XLINK_NS = "http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"
 _URL_REF = re.compile(r"url\(#([^)]+)\)")
@@ -140,12 +146,92 @@ def _prefix_ids(root: ET.Element, prefix: str) -> None:
             element.set(href, "#" + prefix + element.attrib[href][1:])
 
 
-def log_scale(ax: Axes, which: str, suffix: str = "") -> None:
-    """A log axis labelled in plain figures (0.5, 1, 2, 5 …, not 10⁰), with `suffix` after each."""
+def log_scale(ax: Axes, which: str, suffix: str = "", *, fine_decades: float = 2.0) -> None:
+    """A log axis labelled in plain figures (0.5, 1, 2, 5 …, not 10⁰), with `suffix` after each.
+
+    Ticks at 1, 2 and 5 of each decade over at most `fine_decades` decades, at each decade over more (and
+    fewer past eight): on a wider axis 1-2-5 labels run into each other. Call it once the
+    axis's limits are set (the data drawn, or `set_xlim`)."""
+    import math
+
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     axis = ax.xaxis if which == "x" else ax.yaxis
     (ax.set_xscale if which == "x" else ax.set_yscale)("log")
-    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    low, high = ax.get_xlim() if which == "x" else ax.get_ylim()
+    decades = math.log10(high / low) if low > 0 and high > low else 1.0
+    subs = (1.0, 2.0, 5.0) if decades <= fine_decades else (1.0,)
+    axis.set_major_locator(LogLocator(base=10, subs=subs, numticks=10 if decades <= 8 else 6))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}{suffix}"))
     axis.set_minor_formatter(NullFormatter())
+
+
+def outside_legend(fig: Figure, ax: Axes, *, width_in: float = 7.2, fontsize: float = 8.0) -> None:
+    """The axes' legend above the plot, never over its data: as many columns as fit the figure's width.
+
+    A legend inside the axes ("best" or a fixed corner) sits over whatever data reach that corner (an
+    SLO line, the cheapest offer); outside it cannot. Widths are estimated from matplotlib's own font
+    metrics at ~0.55 em a character, with room for the key, so a column never runs past the figure.
+    """
+    handles, texts = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    longest = max(len(t) for t in texts)
+    column_pt = longest * fontsize * 0.55 + 3.5 * fontsize  # text + key + gap
+    ncol = max(1, min(len(texts), int(width_in * 72 * 0.95 // column_pt)))
+    fig.legend(handles, texts, loc="outside upper center", ncol=ncol, fontsize=fontsize)
+
+
+def point_labels(fig: Figure, ax: Axes, points: Sequence[tuple[float, float]], texts: Sequence[str], *,
+                 gid: str, others: Sequence[tuple[float, float]] = (), fontsize: float = 7.5) -> int:
+    """Label points with short text, each at the first free spot of ten directions around its point, near
+    first, then further out with a thin leader line: free where the label overlaps no label placed before it,
+    none of `points` or `others`, and stays inside the axes. A label with no free spot is left out (the
+    hover text and the table still name it). Returns how many were placed.
+
+    Overlap is judged on matplotlib's own text extents, padded by a sixth of the width each side: the
+    browser draws the text with its own sans-serif, which may run a little wider than DejaVu Sans.
+    """
+    fig.draw_without_rendering()  # lays out the axes, so extents are final
+    renderer = fig._get_renderer()  # type: ignore[attr-defined]  # a bare Figure has no canvas renderer of its own
+    room = ax.get_window_extent(renderer)
+    # Every point's 8-pixel square, then each label placed, as rows of (x0, y0, x1, y1): one vectorised test
+    # a spot, where a pick over thousands of offers would take seconds box by box.
+    centres = ax.transData.transform(np.array([*points, *others], dtype=float).reshape(-1, 2))
+    taken = np.hstack([centres - 4, centres + 4])
+    placed = 0
+    for n, (xy, text) in enumerate(zip(points, texts, strict=True)):
+        for reach in (7.0, 20.0, 36.0, 54.0):
+            note, taken = _free_spot(ax, renderer, xy, label(text, 24), reach, fontsize, room, taken)
+            if note is not None:
+                note.set_gid(f"{gid}-{n}")
+                placed += 1
+                break
+    return placed
+
+
+_DIRECTIONS = ((1, 0.5), (1, -1), (-1, 0.5), (-1, -1), (0, 1.2), (0, -1.8), (1, 1.5), (-1, 1.5), (0.3, -1.4),
+               (-0.3, -1.4))
+
+
+def _free_spot(ax: Axes, renderer: RendererBase, xy: tuple[float, float], text: str, reach: float, fontsize: float,
+               room: Bbox, taken: NDArray[np.float64]) -> tuple[Annotation | None, NDArray[np.float64]]:
+    """The label at the first of the directions, `reach` points out, where it is free (with `taken` grown by
+    its box); None where none is."""
+    from matplotlib.text import Text
+
+    for dx, dy in _DIRECTIONS:
+        note = ax.annotate(text, xy, xytext=(dx * reach, dy * reach * 0.6), textcoords="offset points",
+                           ha="left" if dx > 0 else "right" if dx < 0 else "center", va="center", fontsize=fontsize,
+                           color="#333333", zorder=5,
+                           arrowprops={"arrowstyle": "-", "color": "#999999", "linewidth": 0.6, "shrinkA": 1,
+                                       "shrinkB": 3} if reach > 10 else None)
+        note.update_positions(renderer)  # an annotation places its text when drawn: place it now
+        box = Text.get_window_extent(note, renderer)  # the text alone, not its leader line
+        pad = box.width / 6
+        x0, y0, x1, y1 = box.x0 - pad, box.y0 - 1, box.x1 + pad, box.y1 + 1
+        clear = not np.any((taken[:, 0] < x1) & (taken[:, 2] > x0) & (taken[:, 1] < y1) & (taken[:, 3] > y0))
+        if room.contains(x0, y0) and room.contains(x1, y1) and clear:
+            return note, np.vstack([taken, [x0, y0, x1, y1]])
+        note.remove()
+    return None, taken
