@@ -91,8 +91,7 @@ def estimate_inference_speed(
     if job.engine == "hf" and efficiency is None:
         dec_eff = dec_eff.model_copy(update={"bandwidth": dec_eff.bandwidth / HF_DECODE_SLOWDOWN})
     dtype = compute_dtype(job.weights, gpu)
-    rates = Rates(flops_per_s=peak_flops_per_s(gpu, dtype), memory_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
-                  link_bytes_per_s=link_bytes_per_s(gpu, tp))
+    rates = serving_rates(job, gpu)
     concurrency = min(job.concurrency, job.requests)
     if job.engine == "vllm":  # the scheduler runs at most max_num_seqs sequences per step
         concurrency = min(concurrency, vllm_max_num_seqs(job, gpu))
@@ -102,15 +101,34 @@ def estimate_inference_speed(
     return _summarise(job, gpu, tp, concurrency, prefill, decode, (pre_eff, dec_eff), dtype)
 
 
-def weight_bytes_read(job: InferenceJob, shape: ModelShape, tokens: int) -> tuple[float, str]:
-    """Weight bytes one GPU reads in a forward over `tokens` tokens, and how they were counted."""
+def serving_rates(job: InferenceJob, gpu: Gpu) -> Rates:
+    """The peaks a serving step of `job` (at its tensor_parallel) runs against on `gpu`."""
+    return Rates(flops_per_s=peak_flops_per_s(gpu, compute_dtype(job.weights, gpu)),
+                 memory_bytes_per_s=gpu.memory_bandwidth_bytes_per_s,
+                 link_bytes_per_s=link_bytes_per_s(gpu, job.tensor_parallel))
+
+
+def weight_bytes_split(job: InferenceJob, shape: ModelShape) -> tuple[float, float]:
+    """(non-expert, all-expert) weight bytes one GPU holds; all-expert is 0 for a dense model.
+
+    The expert share of the measured (or estimated) total is the experts' share of the parameter
+    bytes: expert linears at the weight format's width, the rest at most 16-bit."""
     total = sum(t.bytes for t in weight_terms(job, shape))
     expert_params = sum(g.count * g.params_each for g in shape.linears if g.expert)
     if not expert_params or not shape.num_experts:
-        return total, f"all weights {gib(total)}"
+        return total, 0.0
     lin_b = DTYPE_BYTES.get(job.weights, 2.0)
     estimate = expert_params * lin_b + (shape.params_total - expert_params) * min(lin_b, 2.0)
     expert = total * expert_params * lin_b / estimate
+    return total - expert, expert
+
+
+def weight_bytes_read(job: InferenceJob, shape: ModelShape, tokens: int) -> tuple[float, str]:
+    """Weight bytes one GPU reads in a forward over `tokens` tokens, and how they were counted."""
+    dense, expert = weight_bytes_split(job, shape)
+    total = dense + expert
+    if not expert:
+        return total, f"all weights {gib(total)}"
     k, e = shape.experts_per_token, shape.num_experts
     touched = 1.0 - (1.0 - k / e) ** tokens
     return (total - expert + expert * touched,
@@ -118,11 +136,17 @@ def weight_bytes_read(job: InferenceJob, shape: ModelShape, tokens: int) -> tupl
             f"(1 − (1 − {k}/{e})^{tokens})")
 
 
-def _linear_flops_per_token(shape: ModelShape) -> float:
+def linear_flops_per_token(shape: ModelShape) -> float:
+    """2 · active linear parameters: the matmul FLOPs of one token (the lm_head is `lm_head_flops`)."""
     return 2.0 * sum(g.active_count * g.params_each for g in shape.linears)
 
 
-def _attention_flops(shape: ModelShape, queries: int, keys_of: float, causal: bool) -> float:
+def lm_head_flops(shape: ModelShape) -> float:
+    """2 · h · V: the logits of one sampled position."""
+    return 2.0 * shape.hidden_size * shape.vocab_size
+
+
+def attention_flops(shape: ModelShape, queries: int, keys_of: float, causal: bool) -> float:
     """4 · queries · keys · (a·d) per layer; causal prefill sees keys/2 on average, windows cap keys."""
     width = shape.num_attention_heads * shape.head_dim
     total = 0.0
@@ -134,7 +158,8 @@ def _attention_flops(shape: ModelShape, queries: int, keys_of: float, causal: bo
     return total
 
 
-def _tp_comm(job: InferenceJob, shape: ModelShape, tokens: int) -> float:
+def tp_comm_bytes(job: InferenceJob, shape: ModelShape, tokens: int) -> float:
+    """Bytes each GPU sends for `tokens` new tokens: 2 ring all-reduces of the hidden state per layer."""
     payload = tokens * shape.hidden_size * ACT_BYTES
     return shape.num_layers * 2 * ring_all_reduce_bytes(payload, job.tensor_parallel)
 
@@ -150,13 +175,13 @@ def prefill_phase(job: InferenceJob, shape: ModelShape, seqs: int, rates: Rates,
     tp, prompt = job.tensor_parallel, computed_prompt_tokens(job)
     tokens = seqs * prompt
     # New queries attend to the whole prompt, cached prefix included: keys = the full prompt.
-    attention = _attention_flops(shape, prompt, job.prompt_tokens, causal=True)
-    flops = (tokens * _linear_flops_per_token(shape) + seqs * attention
-             + seqs * 2.0 * shape.hidden_size * shape.vocab_size) / tp
+    attention = attention_flops(shape, prompt, job.prompt_tokens, causal=True)
+    flops = (tokens * linear_flops_per_token(shape) + seqs * attention
+             + seqs * lm_head_flops(shape)) / tp
     weights, how = weight_bytes_read(job, shape, tokens)
     kv = seqs * kv_bytes_per_sequence(shape, prompt, DTYPE_BYTES[job.kv_cache_dtype], tp, 1)
     return phase(
-        "prefill", flops=flops, bytes_moved=weights + kv, comm_bytes=_tp_comm(job, shape, tokens), rates=rates,
+        "prefill", flops=flops, bytes_moved=weights + kv, comm_bytes=tp_comm_bytes(job, shape, tokens), rates=rates,
         efficiency=eff,
         formula=(f"{seqs} × {prompt} prompt tokens computed"
                  + (f" ({job.prompt_tokens} less prefix-cache hits {job.prefix_hit_rate:.0%})"
@@ -170,12 +195,12 @@ def prefill_phase(job: InferenceJob, shape: ModelShape, seqs: int, rates: Rates,
 def decode_phase(job: InferenceJob, shape: ModelShape, batch: int, rates: Rates, eff: Efficiency) -> PhaseTime:
     tp = job.tensor_parallel
     context = job.prompt_tokens + job.output_tokens / 2  # mean context over the generated tokens
-    flops = batch * (_linear_flops_per_token(shape) + _attention_flops(shape, 1, context, causal=False)
-                     + 2.0 * shape.hidden_size * shape.vocab_size) / tp
+    flops = batch * (linear_flops_per_token(shape) + attention_flops(shape, 1, context, causal=False)
+                     + lm_head_flops(shape)) / tp
     weights, how = weight_bytes_read(job, shape, batch)
     kv_one = kv_bytes_per_sequence(shape, math.ceil(context), DTYPE_BYTES[job.kv_cache_dtype], tp, 1)
     step = phase(
-        "decode step", flops=flops, bytes_moved=weights + batch * kv_one, comm_bytes=_tp_comm(job, shape, batch),
+        "decode step", flops=flops, bytes_moved=weights + batch * kv_one, comm_bytes=tp_comm_bytes(job, shape, batch),
         rates=rates, efficiency=eff,
         formula=(f"batch {batch} at mean context {context:,.0f}: FLOPs = batch × (2·P_active + 4·ctx·(a·d)·layers "
                  f"+ 2·h·V) / TP {tp} = {tflop(flops)}; bytes = {how} + {batch} × KV {gib(kv_one)}"),
