@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from gpuscout.errors import SpecError
-from gpuscout.estimator.efficiency import EFFICIENCY_KINDS, Efficiency, calibrated, default_efficiency
+from gpuscout.estimator.efficiency import EFFICIENCY_KINDS, Efficiency, active_source, calibrated, default_efficiency
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu, lookup_gpu
 from gpuscout.results.schema import TPOT_S, TTFT_S
@@ -218,8 +218,14 @@ class ServingFactors:
     def apply(self, costs: Any) -> Any:
         """`costs` (a StepCosts) with each calibrated term multiplied by its factor and the source saying so."""
         update: dict[str, Any] = {t: getattr(costs, t) * f for t, f in self.factors.items() if hasattr(costs, t)}
-        update["source"] = f"{self.note} | {costs.source}"
-        return costs.model_copy(update=update)
+        update["source"] = f"{self.note} | {costs.source}"[:500]
+        return type(costs).model_validate(costs.model_dump() | update)  # validated: a factor keeps the bounds
+
+
+def active_serving_factors(gpu_sku: str) -> ServingFactors | None:
+    """The step-cost factors of `gpu_sku` in the calibration in force (`efficiency.calibrated`), if any."""
+    source = active_source()
+    return source.serving_factors(gpu_sku) if isinstance(source, Calibration) else None
 
 
 def merge_serving(old: Calibration | None, new: Iterable[ServingEntry]) -> tuple[ServingEntry, ...]:
