@@ -18,7 +18,16 @@ import typer
 
 from gpuscout.cli.doctor import doctor
 from gpuscout.cli.load import load as load_command
-from gpuscout.cli.options import BillingOption, JsonFlag, RegionOption, RunsOption, WideFlag
+from gpuscout.cli.options import (
+    BillingOption,
+    CalibrationOption,
+    JsonFlag,
+    NoCalibrationFlag,
+    RegionOption,
+    RunsOption,
+    WideFlag,
+    one_calibration_choice,
+)
 from gpuscout.cli.output import console, emit, worded
 from gpuscout.cli.report import report
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record, results_app
@@ -43,10 +52,6 @@ KeepStoppedOption = Annotated[float, typer.Option(
 MarginOption = Annotated[float | None, typer.Option(
     "--margin", metavar="PCT", help="Headroom to demand, % of the estimated peak, in place of the validated "
     "error band (fits / tight / does not fit).")]
-CalibrationOption = Annotated[Path | None, typer.Option(
-    "--calibration", help="Calibration file (gpuscout calibrate); default: the one in your config folder, if any.")]
-NoCalibrationFlag = Annotated[bool, typer.Option(
-    "--no-calibration", help="Ignore any calibration: the default efficiency factors.")]
 JobArg = Annotated[str | None, typer.Argument(
     metavar="JOB", help="Job spec (TOML path) or a shipped example's name; without it, the built-in default job.")]
 
@@ -116,7 +121,7 @@ def estimate(
     from gpuscout.report.estimate import estimate_screen
     from gpuscout.report.payload import estimate_payload
 
-    _one_calibration_choice(calibration, no_calibration)
+    one_calibration_choice(calibration, no_calibration)
     report = api.estimate(job, gpus=gpu or (), trace=trace, trace_layers=layers, calibration=calibration,
                           use_calibration=not no_calibration, margin_pct=margin)
     emit(lambda: estimate_payload(report.job, report.screening, report.trace, report.trace_analytic)
@@ -183,7 +188,7 @@ def pick(
     from gpuscout.report.payload import pick_payload
     from gpuscout.report.pick import explain_screen, pick_screen
 
-    _one_calibration_choice(calibration, no_calibration)
+    one_calibration_choice(calibration, no_calibration)
     report = api.pick(job, offers=offers, cloud=cloud, deadline=deadline, budget=budget, currency=currency,
                       fx=fx or (), options=cost_options(egress_gb=egress_gb, failed_attempts=failed_attempts, seed=seed,
                                                         keep_stopped_days=keep_stopped_days),
@@ -202,14 +207,6 @@ def pick(
          lambda: explain_screen(report.pick, explain) if explain is not None else
          pick_screen(report.pick, report.offers_notes, wide=wide, top=top, calibration=report.calibration),
          as_json)
-
-
-def _one_calibration_choice(calibration: Path | None, no_calibration: bool) -> None:
-    if calibration is not None and no_calibration:
-        from gpuscout.errors import SpecError
-
-        raise SpecError("--calibration and --no-calibration were both given.",
-                        "One says which calibration to use, the other to use none.", "Pass one of them.")
 
 
 @app.command()

@@ -13,7 +13,16 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuscout.cli.options import BillingOption, JsonFlag, RegionOption, RunsOption, WideFlag
+from gpuscout.cli.options import (
+    BillingOption,
+    CalibrationOption,
+    JsonFlag,
+    NoCalibrationFlag,
+    RegionOption,
+    RunsOption,
+    WideFlag,
+    one_calibration_choice,
+)
 from gpuscout.cli.output import emit
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record
 from gpuscout.report.escape import screen_console
@@ -75,6 +84,11 @@ def load(
     offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet to take --offer from.")] = None,
     offer: Annotated[str | None, typer.Option("--offer", help="Offer id of the server machine.")] = None,
     usd_per_hour: Annotated[float | None, typer.Option(help="Server price, USD per hour.")] = None,
+    job: Annotated[str | None, typer.Option("--job", metavar="SPEC", help="The served job (inference job spec or "
+                                            "example name): with --server-gpu or --offer, the serving simulator "
+                                            "predicts every level beside its measurement.")] = None,
+    calibration: CalibrationOption = None,
+    no_calibration: NoCalibrationFlag = False,
     output: Annotated[Path | None, typer.Option("--output", "-o", help="Write the result JSON here.")] = None,
     store: StoreOption = None,
     no_store: NoStoreFlag = False,
@@ -97,6 +111,7 @@ def load(
     from gpuscout.units import parse_duration_s
     from gpuscout.workload.job import Slo
 
+    one_calibration_choice(calibration, no_calibration)
     slo = Slo(ttft_p95_s=ttft_p95, tpot_p95_s=tpot_p95, e2e_p95_s=e2e_p95) if (ttft_p95 or tpot_p95 or e2e_p95) \
         else None
     where = api.where_rented(region, billing, offers, offer)
@@ -114,7 +129,8 @@ def load(
     err = screen_console(stderr=True)
     report = api.load(plan, output=output, offers=offers, offer=offer, usd_per_hour=usd_per_hour,
                       progress=load_progress if sys.stderr.isatty() else None,
-                      on_replay=lambda span: err.print(replay_notice(span), highlight=False))
+                      on_replay=lambda span: err.print(replay_notice(span), highlight=False),
+                      job=job, calibration=calibration, use_calibration=not no_calibration)
     load_warnings(report.result, err)
     payload = load_payload(report.result, report.costs, report.search, slo)
     if report.result.cases:

@@ -18,6 +18,7 @@ from gpuscout.hardware.catalog import Gpu
 from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate, from_usd
 from gpuscout.hardware.offers import Offer
 from gpuscout.loadgen.search import SearchResult
+from gpuscout.report.load_prediction import prediction_errors
 from gpuscout.report.unvouched import unvouched_payload
 from gpuscout.results.beside import EstimateBeside
 from gpuscout.results.schema import BenchResult
@@ -100,6 +101,9 @@ def load_payload(result: BenchResult, costs: Sequence[LoadCost], search: SearchR
     if search is not None:
         payload["search"] = {"best_level": search.best_level, "goodput_rps": search.goodput_rps,
                              "outcome": search.outcome, "message": search.message}
+    errors = prediction_errors(result)
+    if errors:  # the simulator's prediction beside the measurement, per level and metric
+        payload["prediction_errors"] = errors
     return payload
 
 
