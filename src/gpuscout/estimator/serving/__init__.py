@@ -5,6 +5,8 @@ under a token budget, KV blocks, preemption by recompute, prefix-cache hits), wi
 from `StepCosts`, so a serving verdict counts queueing rather than judging a lone request.
 """
 
+from gpuscout.estimator.serving.capacity import SimCapacity, max_concurrency_at_slo, max_rate_at_slo
+from gpuscout.estimator.serving.goodput import goodput, slo_misses
 from gpuscout.estimator.serving.model import (
     Arrivals,
     EngineLimits,
@@ -14,5 +16,8 @@ from gpuscout.estimator.serving.model import (
     StepCosts,
     step_seconds,
 )
+from gpuscout.estimator.serving.simulate import saturated_rate, simulate
 
-__all__ = ["Arrivals", "EngineLimits", "Percentiles", "SimConfig", "SimResult", "StepCosts", "step_seconds"]
+__all__ = ["Arrivals", "EngineLimits", "Percentiles", "SimCapacity", "SimConfig", "SimResult", "StepCosts",
+           "goodput", "max_concurrency_at_slo", "max_rate_at_slo", "saturated_rate", "simulate", "slo_misses",
+           "step_seconds"]

@@ -36,12 +36,12 @@ MAX_TENSOR_PARALLEL = 64  # the job spec's bound
 Seconds = float
 
 
-class _Value(Frozen):
+class ServingValue(Frozen):
     # inf or NaN in a cost or a rate would make every time inf or NaN; refused like a job spec's.
     model_config = ConfigDict(allow_inf_nan=False)
 
 
-class StepCosts(_Value):
+class StepCosts(ServingValue):
     """Seconds one engine step of ONE replica takes, as a function of the batch it runs.
 
     The memory side reads the weights once per step, the experts the step's tokens touch, and the KV
@@ -94,7 +94,7 @@ def step_seconds(costs: StepCosts, *, new_tokens: int, context_tokens_read: int,
     return costs.overhead_s + max(memory, compute) + costs.comm_s_per_token * new_tokens
 
 
-class EngineLimits(_Value):
+class EngineLimits(ServingValue):
     """The engine's scheduler settings and KV cache size (vLLM's names and defaults)."""
 
     max_num_seqs: int = Field(gt=0, le=MAX_SEQS)  # requests running at once
@@ -108,12 +108,22 @@ class EngineLimits(_Value):
     # vLLM recomputes at least a prompt's last token to sample the first output token.
     prefix_hit_rate: float = Field(0.0, ge=0, lt=1)
 
+    @model_validator(mode="after")
+    def _a_decode_per_seq_fits(self) -> EngineLimits:
+        # vLLM refuses the same at startup (vllm/config/scheduler.py, SchedulerConfig._verify_args): every
+        # running sequence must be able to take one token of a step's budget.
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be at least "
+                             f"max_num_seqs ({self.max_num_seqs}), as vLLM requires: each running request "
+                             "decodes one token a step; raise the first or lower the second")
+        return self
+
     @property
     def kv_tokens(self) -> int:
         return self.kv_blocks * self.block_tokens
 
 
-class SimConfig(_Value):
+class SimConfig(ServingValue):
     """One replica: what its steps cost and how its engine schedules."""
 
     costs: StepCosts
@@ -124,7 +134,7 @@ class SimConfig(_Value):
 TraceRow = tuple[float, int, int]  # send time (s after the first), prompt tokens, output tokens
 
 
-class Arrivals(_Value):
+class Arrivals(ServingValue):
     """How requests reach the replica.
 
     * "concurrency": `concurrency` users, each sending its next request when its previous one
@@ -181,7 +191,7 @@ class Arrivals(_Value):
             previous = at
 
 
-class Percentiles(_Value):
+class Percentiles(ServingValue):
     """A latency's distribution over the simulated requests (or inter-token gaps), in seconds."""
 
     p50: float = Field(ge=0)
@@ -191,13 +201,13 @@ class Percentiles(_Value):
     mean: float = Field(ge=0)
 
 
-class SimResult(_Value):
+class SimResult(ServingValue):
     """What one simulation gives, in the same terms `gpuscout load` measures.
 
     TTFT counts from the request's intended send (so queueing is in it) and includes the request's
     host overhead; ITL is every gap between two output tokens of one request; TPOT is a request's
     (e2e − TTFT) / (output tokens − 1). `queue_len` and `kv_used` (share of the KV blocks in use)
-    are sampled over time, at most ~200 points each.
+    are sampled over time, at most ~200 points each (the largest value in each slice of the run).
     """
 
     arrivals: Arrivals
@@ -215,6 +225,8 @@ class SimResult(_Value):
     kv_used: tuple[tuple[float, float], ...]
     stable: bool
     unstable: str | None = None
+    # Each completed request's (TTFT, TPOT, e2e) in seconds, in send order: what goodput counts.
+    per_request: tuple[tuple[float, float, float], ...] = ()
 
     @model_validator(mode="after")
     def _unstable_says_why(self) -> SimResult:
