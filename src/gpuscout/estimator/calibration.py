@@ -35,6 +35,7 @@ from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from gpuscout.errors import SpecError
 from gpuscout.estimator.efficiency import EFFICIENCY_KINDS, Efficiency, active_source, calibrated, default_efficiency
+from gpuscout.estimator.serving.model import StepCosts
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu, lookup_gpu
 from gpuscout.results.schema import TPOT_S, TTFT_S
@@ -215,11 +216,11 @@ class ServingFactors:
     factors: dict[str, float]
     note: str
 
-    def apply(self, costs: Any) -> Any:
+    def apply(self, costs: StepCosts) -> StepCosts:
         """`costs` (a StepCosts) with each calibrated term multiplied by its factor and the source saying so."""
         update: dict[str, Any] = {t: getattr(costs, t) * f for t, f in self.factors.items() if hasattr(costs, t)}
         update["source"] = f"{self.note} | {costs.source}"[:500]
-        return type(costs).model_validate(costs.model_dump() | update)  # validated: a factor keeps the bounds
+        return StepCosts.model_validate(costs.model_dump() | update)  # validated: a factor keeps the bounds
 
 
 def active_serving_factors(gpu_sku: str) -> ServingFactors | None:

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
@@ -24,6 +24,7 @@ from gpuscout.hardware.catalog import Gpu, lookup_gpu
 from gpuscout.results.schema import BenchResult, Case, LoadPrediction, Metric, PredictedLevel
 from gpuscout.userfile import first_invalid_field, shown
 from gpuscout.workload.job import InferenceJob, Job, Slo
+from gpuscout.workload.shape import ModelShape
 
 if TYPE_CHECKING:
     from gpuscout.estimator.serving.model import Arrivals, SimConfig, SimResult
@@ -101,6 +102,8 @@ def _config(result: BenchResult, served: Served) -> tuple[SimConfig, Gpu] | str:
         return f"no prediction: {why}"
     try:
         shape = resolve_job_model(job, served.base_dir)
+        if not isinstance(shape, ModelShape):  # an inference job's model is a language model
+            return "no prediction: the job's model is not a language model"
         return sim_config(job, shape, gpu), gpu
     except GpuscoutError as exc:
         return f"no prediction: {exc.what}"
@@ -219,29 +222,35 @@ def _trace_rows(rows: Sequence[TraceRow], speedup: Any, requests: int) -> tuple[
 
 
 def _search(result: BenchResult, config: SimConfig, prompts: Prompts, slo: Slo) -> tuple[float | None, str]:
-    """The most load meeting `slo` by simulation, at the lengths the search's levels measured."""
+    """The most load meeting `slo` by simulation, at the lengths the search's levels measured, searched up
+    to the highest level the measured search tried (so the two answers share their ceiling)."""
     from gpuscout.estimator.serving.capacity import max_concurrency_at_slo, max_rate_at_slo
 
-    lengths = [(metrics_output, prompts.prompt_tokens) for case in result.cases
-               if (metrics_output := _mean_output({m.name: m for m in case.metrics})) is not None]
-    if not lengths or prompts.prompt_tokens is None:
+    outputs = [o for case in result.cases if (o := _mean_output({m.name: m for m in case.metrics})) is not None]
+    if not outputs or prompts.prompt_tokens is None:
         return None, "no simulated search: no level finished, so the lengths are not known"
-    output = round(sum(o for o, _ in lengths) / len(lengths))
+    output = round(sum(outputs) / len(outputs))
     prompt = max(1, round(prompts.prompt_tokens))
     kinds = {c.params.get("arrival") for c in result.cases}
+    levels = [float(v) for c in result.cases for k in ("concurrency", "rate_rps")
+              if isinstance(v := c.params.get(k), int | float)]
+    top = max(levels, default=0.0)
+    seed = result.fixed.seed
     try:
         if kinds == {"concurrency"}:
-            found = max_concurrency_at_slo(config, slo, prompt_tokens=prompt, output_tokens=output)
-            level = found.concurrency
+            found = max_concurrency_at_slo(config, slo, prompt_tokens=prompt, output_tokens=output, seed=seed,
+                                           max_concurrency=max(1, int(top)))
+            level = float(found.concurrency or 0)
         elif kinds <= {"poisson", "constant"}:
-            found = max_rate_at_slo(config, slo, prompt_tokens=prompt, output_tokens=output)
-            level = found.rate_per_s
+            kind: Literal["poisson", "constant"] = "constant" if kinds == {"constant"} else "poisson"
+            found = max_rate_at_slo(config, slo, prompt_tokens=prompt, output_tokens=output, seed=seed, kind=kind)
+            level = min(found.rate_per_s or 0.0, top) if top else found.rate_per_s or 0.0
         else:
             return None, f"no simulated search: arrivals of kind {', '.join(sorted(map(str, kinds)))} are not searched"
     except GpuscoutError as exc:
         return None, f"no simulated search: {exc.what}"
-    binds = getattr(found, "binding", None)
-    if level is None or not level > 0:
-        return None, (f"the simulator finds no load meeting the SLO at {prompt} → {output} tokens"
-                      + (f" ({binds} binds)" if binds else ""))
-    return float(level), f"simulated at {prompt} → {output} tokens" + (f"; {binds} binds" if binds else "")
+    at = f"simulated at {prompt} → {output} tokens"
+    binds = f"; past it: {'; '.join(found.binding)}" if found.binding else "; nothing missed up to the top level"
+    if not level > 0:
+        return None, f"the simulator finds no load meeting the SLO ({at}{binds})"
+    return level, at + binds
