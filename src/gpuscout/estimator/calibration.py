@@ -134,21 +134,25 @@ class Calibration(Frozen):
         return tuple(dict.fromkeys(e.gpu_sku for e in self.entries))
 
     def serving_factors(self, gpu_sku: str) -> ServingFactors | None:
-        """The step-cost factors of one GPU: per term, the geometric mean over its serving entries (each a
+        """The step-cost calibration of one GPU: per term, the geometric mean over its serving entries (each a
         load result fitted on its own model); None where no load result on this GPU was calibrated."""
         found = [e for e in self.serving if e.gpu_sku == gpu_sku]
         if not found:
             return None
-        factors: dict[str, float] = {}
-        for term in SERVING_TERMS:
-            values = [e.factors[term] for e in found if term in e.factors]
-            if values:
-                factors[term] = math.exp(statistics.fmean(math.log(v) for v in values))
+        combined: list[dict[str, float]] = [{}, {}]
+        for kind, values in zip(("factors", "seconds"), combined, strict=True):
+            for term in SERVING_TERMS:
+                seen = [getattr(e, kind)[term] for e in found if term in getattr(e, kind)]
+                if len(seen) == 1:
+                    values[term] = seen[0]
+                elif seen:  # a host term of 0 s (none measured) is averaged plainly
+                    values[term] = (math.exp(statistics.fmean(math.log(v) for v in seen)) if min(seen) > 0
+                                    else statistics.fmean(seen))
         machines = ", ".join(dict.fromkeys(e.machine for e in found if e.machine)) or gpu_sku
         last = max(e.date for e in found).isoformat()
         note = (f"calibrated from {len(found)} load result{'s' if len(found) != 1 else ''} on {machines}, {last} "
                 f"({', '.join(dict.fromkeys(e.model for e in found))})")
-        return ServingFactors(gpu_sku=gpu_sku, factors=factors, note=note)
+        return ServingFactors(gpu_sku=gpu_sku, factors=combined[0], seconds=combined[1], note=note)
 
 
 class ObservationRecord(Frozen):
@@ -177,22 +181,29 @@ class ObservationRecord(Frozen):
 # ---------------------------------------------------------------- the serving simulator's step costs --------
 
 # The terms of the serving simulator's per-step cost (`estimator.serving.model.StepCosts`) a load result can
-# calibrate. A factor is fitted / estimated for one term; a term the fit left alone has factor 1.
+# calibrate. Device terms (weights, KV, FLOPs, links) scale with the model, so a fit is kept as a factor over
+# the speed model's estimate (fitted / estimated), which carries over to another model on the same GPU. Host
+# terms (a step's fixed overhead: scheduling, launches, sampling; a request's HTTP, tokenising, streaming) do
+# not grow with the model, and the estimate of the step overhead is 0 with CUDA graphs: they are kept as
+# fitted seconds. A term the fit left alone keeps the estimate.
 SERVING_TERMS = ("overhead_s", "weights_s", "expert_weights_s", "kv_read_s_per_token", "compute_s_per_token",
                  "attention_s_per_pair", "comm_s_per_token", "request_overhead_s")
+HOST_TERMS = ("overhead_s", "request_overhead_s")
+MAX_HOST_S = 3600.0  # the simulator's own bound on one step's cost (estimator.serving.model.MAX_STEP_S)
 
 
 class ServingEntry(Frozen):
-    """One load result's fit of the simulator's step costs, as factors over the speed model's estimate of the
-    same served job on the same GPU (factors carry over to another model on that GPU; seconds would not)."""
+    """One load result's fit of the simulator's step costs on one GPU: device terms as factors over the speed
+    model's estimate of the same served job, host terms in seconds."""
 
     model_config = ConfigDict(allow_inf_nan=False)
 
     gpu_sku: str = Field(min_length=1, max_length=255)
     model: str = Field(min_length=1, max_length=500)  # the served model the load result measured
-    factors: dict[str, float]  # SERVING_TERMS term → fitted / estimated
+    factors: dict[str, float] = Field(default_factory=dict)  # device term → fitted / estimated
+    seconds: dict[str, float] = Field(default_factory=dict)  # host term → fitted seconds
     points: int = Field(ge=1)  # load levels the fit used
-    residuals: dict[str, float] = Field(default_factory=dict)  # metric → relative residual after the fit
+    residuals: dict[str, float] = Field(default_factory=dict)  # metric → RMS of log(simulated / measured)
     machine: str = Field("", max_length=500)
     date: date
     source: str = Field(max_length=200)  # "sha256:<hex>" of the load result
@@ -201,24 +212,33 @@ class ServingEntry(Frozen):
     @model_validator(mode="after")
     def _known_terms(self) -> ServingEntry:
         for term, factor in self.factors.items():
-            if term not in SERVING_TERMS:
-                raise ValueError(f"unknown step-cost term {term!r}; the terms are {', '.join(SERVING_TERMS)}")
+            if term not in SERVING_TERMS or term in HOST_TERMS:
+                raise ValueError(f"unknown step-cost factor {term!r}; the factors are "
+                                 f"{', '.join(t for t in SERVING_TERMS if t not in HOST_TERMS)}")
             if not 1 / MAX_FACTOR < factor < MAX_FACTOR:
                 raise ValueError(f"factor {term} = {factor!r} is outside {1 / MAX_FACTOR:g} to {MAX_FACTOR:g}")
+        for term, value in self.seconds.items():
+            if term not in HOST_TERMS:
+                raise ValueError(f"unknown host term {term!r}; the host terms are {', '.join(HOST_TERMS)}")
+            if not 0 <= value <= MAX_HOST_S:
+                raise ValueError(f"{term} = {value!r} s is outside 0 to {MAX_HOST_S:g} s")
         return self
 
 
 @dataclass(frozen=True)
 class ServingFactors:
-    """One GPU's step-cost factors, combined over its serving entries, and a line saying where they came from."""
+    """One GPU's step-cost calibration, combined over its serving entries, and a line saying where it came from."""
 
     gpu_sku: str
-    factors: dict[str, float]
+    factors: dict[str, float]  # device term → multiplier
     note: str
+    seconds: dict[str, float] = field(default_factory=dict)  # host term → seconds
 
     def apply(self, costs: StepCosts) -> StepCosts:
-        """`costs` (a StepCosts) with each calibrated term multiplied by its factor and the source saying so."""
-        update: dict[str, Any] = {t: getattr(costs, t) * f for t, f in self.factors.items() if hasattr(costs, t)}
+        """`costs` with each device term multiplied by its factor, each host term replaced by its seconds, and
+        the source saying so."""
+        update: dict[str, Any] = {t: getattr(costs, t) * f for t, f in self.factors.items()}
+        update |= self.seconds
         update["source"] = f"{self.note} | {costs.source}"[:500]
         return StepCosts.model_validate(costs.model_dump() | update)  # validated: a factor keeps the bounds
 

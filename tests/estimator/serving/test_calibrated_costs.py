@@ -36,21 +36,22 @@ JOB = InferenceJob.model_validate({"kind": "inference", "model": "llama-3-8b", "
 
 
 def serving(factors: dict[str, float], *, source: str = "sha256:aa", model: str = "llama-3-8b",
-            day: int = 1) -> ServingEntry:
-    return ServingEntry(gpu_sku=H100.sku, model=model, factors=factors, points=3,
+            day: int = 1, seconds: dict[str, float] | None = None) -> ServingEntry:
+    return ServingEntry(gpu_sku=H100.sku, model=model, factors=factors, seconds=seconds or {}, points=3,
                         residuals={"ttft_p95_s": 0.04}, machine="NVIDIA H100 80GB HBM3", date=date(2026, 12, day),
                         source=source)
 
 
 def test_serving_factors_multiply_the_default_costs_on_their_gpu_only() -> None:
     plain = step_costs(JOB, LLAMA8, H100)
-    cal = Calibration(serving=(serving({"compute_s_per_token": 2.0, "request_overhead_s": 0.5}),))
+    cal = Calibration(serving=(serving({"compute_s_per_token": 2.0}, seconds={"request_overhead_s": 0.02,
+                                                                              "overhead_s": 0.003}),))
     with calibrated(cal):
         scaled = step_costs(JOB, LLAMA8, H100)
         other = step_costs(JOB, LLAMA8, A100)
         config = sim_config(JOB, LLAMA8, H100)
     assert scaled.compute_s_per_token == pytest.approx(2 * plain.compute_s_per_token, rel=1e-12)
-    assert scaled.request_overhead_s == pytest.approx(0.5 * plain.request_overhead_s, rel=1e-12)
+    assert (scaled.request_overhead_s, scaled.overhead_s) == (0.02, 0.003)  # host terms: fitted seconds
     assert scaled.weights_s == plain.weights_s and scaled.kv_read_s_per_token == plain.kv_read_s_per_token
     assert scaled.source.startswith("calibrated from 1 load result on NVIDIA H100 80GB HBM3, 2026-12-01")
     assert config.costs == scaled
@@ -72,19 +73,22 @@ def test_bench_efficiency_entries_do_not_stack_on_serving_factors() -> None:
 
 
 def test_several_load_results_combine_as_a_geometric_mean_and_a_reread_replaces_its_twin() -> None:
-    first, second = serving({"overhead_s": 2.0}, source="sha256:aa"), serving({"overhead_s": 8.0}, source="sha256:bb",
-                                                                              model="qwen3-30b-a3b", day=2)
+    first = serving({"weights_s": 2.0}, source="sha256:aa", seconds={"overhead_s": 0.001})
+    second = serving({"weights_s": 8.0}, source="sha256:bb", model="qwen3-30b-a3b", day=2,
+                     seconds={"overhead_s": 0.004})
     cal = Calibration(serving=merge_serving(None, [first, second]))
     found = cal.serving_factors(H100.sku)
-    assert found is not None and found.factors["overhead_s"] == pytest.approx(4.0)
+    assert found is not None and found.factors["weights_s"] == pytest.approx(4.0)
+    assert found.seconds["overhead_s"] == pytest.approx(0.002)
     assert "2 load results" in found.note and "2026-12-02" in found.note
     assert cal.serving_factors(A100.sku) is None
-    again = merge_serving(cal, [serving({"overhead_s": 3.0}, source="sha256:aa")])
-    assert len(again) == 2 and {e.factors["overhead_s"] for e in again} == {3.0, 8.0}
+    again = merge_serving(cal, [serving({"weights_s": 3.0}, source="sha256:aa")])
+    assert len(again) == 2 and {e.factors["weights_s"] for e in again} == {3.0, 8.0}
 
 
 def test_the_file_round_trips_and_old_files_still_load(tmp_path: Path) -> None:
-    cal = Calibration(serving=(serving({"compute_s_per_token": 1.3, "kv_read_s_per_token": 0.9}),))
+    cal = Calibration(serving=(serving({"compute_s_per_token": 1.3, "kv_read_s_per_token": 0.9},
+                                       seconds={"overhead_s": 0.0021}),))
     path = tmp_path / "calibration.toml"
     save_calibration(cal, path)
     assert "[[serving]]" in path.read_text() and load_calibration(path) == cal
@@ -94,7 +98,11 @@ def test_the_file_round_trips_and_old_files_still_load(tmp_path: Path) -> None:
 
 
 def test_unknown_terms_and_absurd_factors_are_refused() -> None:
-    with pytest.raises(ValidationError, match="unknown step-cost term 'warp_s'"):
+    with pytest.raises(ValidationError, match="unknown step-cost factor 'warp_s'"):
         serving({"warp_s": 1.0})
+    with pytest.raises(ValidationError, match="unknown step-cost factor 'overhead_s'"):
+        serving({"overhead_s": 2.0})  # a host term is kept in seconds
     with pytest.raises(ValidationError, match="outside"):
-        serving({"overhead_s": 1e9})
+        serving({"weights_s": 1e9})
+    with pytest.raises(ValidationError, match="outside 0 to 3600 s"):
+        serving({}, seconds={"request_overhead_s": -1.0})
