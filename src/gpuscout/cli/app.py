@@ -360,8 +360,8 @@ def compare(
 
 @app.command()
 def calibrate(
-    results: Annotated[list[Path] | None, typer.Argument(metavar="RESULT.json...", help="Bench results measured "
-                                                         "on catalog GPUs.")] = None,
+    results: Annotated[list[Path] | None, typer.Argument(metavar="RESULT.json...", help="Bench (or load) results "
+                                                         "measured on catalog GPUs.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", "--calibration",
                                                 help="Calibration file to merge into and write; default: "
                                                      "gpuscout/calibration.toml in your config folder.")] = None,
@@ -371,7 +371,8 @@ def calibrate(
 
     Each result's job is re-estimated on its GPU; the measured phase times (training step, TTFT,
     TPOT, denoiser step) over the estimated ones give a time multiplier and a band per GPU and
-    phase. The file is merged with what it already holds; estimate and pick then use it.
+    phase. Load results run with --job and --server-gpu fit the serving simulator's step costs on
+    that GPU. The file is merged with what it already holds; estimate, pick and load then use it.
     """
     from gpuscout import api
     from gpuscout.report.calibration import calibrate_payload, calibrate_screen
@@ -379,7 +380,7 @@ def calibrate(
     report = api.calibrate(results or [], output=output)
     emit(lambda: calibrate_payload(report.calibration, report.skipped, report.output),
          lambda: calibrate_screen(report.calibration, added=len(report.added), skipped=report.skipped,
-                                  output=report.output), as_json)
+                                  output=report.output, serving_added=len(report.serving)), as_json)
 
 
 app.command(name="load")(load_command)  # the command lives in cli/load.py (many options of its own)
