@@ -415,16 +415,18 @@ def _begin(ctx: RunContext, live: Live) -> Started | None:
 
 
 async def _send(ctx: RunContext, live: Live, started: Started | None = None) -> None:
-    """One request; a 400 while the pinning extras are on turns them off and retries once."""
+    """One request; a 400 or 422 while the pinning extras are on turns them off and retries once."""
     bodies = ctx.bodies
     max_tokens = ctx.prompts[live.prompt].output_tokens
     if started is None:
         live.pinned = bodies.extras_on and bodies.pins
     await attempt(ctx.wire, live, bodies.request(live, live.pinned), max_tokens, started)
-    if live.status == 400 and live.pinned:  # also for requests already in flight when the first 400 came
+    # 422: FastAPI's answer to fields its request model does not declare (`transformers serve` refuses
+    # ignore_eos and min_tokens so); also for requests already in flight when the first refusal came
+    if live.status in (400, 422) and live.pinned:
         if bodies.extras_on:
             bodies.extras_on = False
-            ctx.notes.append(f"the server answered 400 to {', '.join(bodies.extra_names)}; "
+            ctx.notes.append(f"the server answered {live.status} to {', '.join(bodies.extra_names)}; "
                              "retried without them, so output lengths are not pinned")
         live.chunks.clear()
         live.pieces.clear()

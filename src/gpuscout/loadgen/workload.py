@@ -59,6 +59,11 @@ _WORD_TEXT = (
 _WORDS = tuple(_WORD_TEXT.split())
 
 
+def synthetic_vocabulary() -> tuple[str, ...]:
+    """The words synthetic prompts are drawn from (without --tokenizer): a test engine's vocabulary."""
+    return _WORDS
+
+
 class Prompt(Frozen):
     text: str  # the prompt (completions) or the user message (chat)
     prompt_tokens: int  # by the tokenizer when given, else the target count (approximate)
