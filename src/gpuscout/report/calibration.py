@@ -22,10 +22,11 @@ def calibrate_screen(calibration: Calibration, *, added: int, skipped: Sequence[
                      notes: Sequence[str] = (), serving_added: int = 0) -> RenderableType:
     """The entries (time multiplier, band, calibrated factors), the serving simulator's step costs fitted to
     load results, what was skipped, where it was written."""
-    parts: list[RenderableType] = [Text(f"Calibration: {added} new measured phase(s), "
-                                        f"{len(calibration.observations)} in all", style="bold")]
-    if calibration.entries or not calibration.serving:
-        parts.append(entries_table(calibration.entries))
+    phases = bool(calibration.entries or not calibration.serving)  # a file of serving entries only: no phase table
+    parts: list[RenderableType] = []
+    if phases:
+        parts += [Text(f"Calibration: {added} new measured phase(s), {len(calibration.observations)} in all",
+                       style="bold"), entries_table(calibration.entries)]
     if calibration.serving:
         parts += [Text(f"Serving simulator: {serving_added} new load result(s), {len(calibration.serving)} in all",
                        style="bold"), serving_table(calibration.serving),
@@ -37,9 +38,10 @@ def calibrate_screen(calibration: Calibration, *, added: int, skipped: Sequence[
                             "the estimate stays slower than the measurement there.", style="yellow"))
     parts += [Text(line, style="yellow") for line in skipped]
     parts += [Text(line, style="dim") for line in notes]
-    parts.append(Text("measured / est.: the time multiplier (geometric mean over the runs); compute and "
-                      "bandwidth: the calibrated factors (the defaults / the multiplier, at most 1); band: the "
-                      "job-time band estimates now carry (docs/estimator.md §3.11)", style="dim"))
+    if phases:
+        parts.append(Text("measured / est.: the time multiplier (geometric mean over the runs); compute and "
+                          "bandwidth: the calibrated factors (the defaults / the multiplier, at most 1); band: the "
+                          "job-time band estimates now carry (docs/estimator.md §3.11)", style="dim"))
     if output is not None:
         parts.append(Text(f"written to {output}", style="green"))
     return Group(*parts)
