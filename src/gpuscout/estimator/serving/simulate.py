@@ -336,8 +336,10 @@ class _Run:
         def total(steps: int) -> float:
             return steps * fixed + _sum_max_linear(m0, m1, p0, p1, steps)
 
-        if self.pending and len(self.running) < self.max_seqs:
-            # Stop with the step during which the next request arrives: the one after admits it.
+        if self.pending:
+            # Stop with the step during which the next request arrives: the one after admits it (or,
+            # with max_num_seqs running, queues it: the queue is then seen at each arrival, as stepping
+            # one step at a time sees it, so an unstable run stops at the same step either way).
             gap = self.pending[0][0] - self.now
             if total(k) >= gap:
                 lo, hi = 1, k
@@ -557,6 +559,7 @@ class _Run:
         duration = max((self.finish_t[i] for i in done), default=self.now)
         duration = max(duration, self.now if self.unstable else 0.0)
         tokens = sum(self.target[i] for i in done)
+        thinned = _thin(self.samples, duration)
         return SimResult(
             arrivals=self.arrivals, completed=len(done), duration_s=duration,
             ttft_s=_percentiles(ttft), itl_s=_weighted_percentiles(self.itl_v, self.itl_w, self.itl_sum),
@@ -564,8 +567,8 @@ class _Run:
             requests_per_s=len(done) / duration if duration > 0 else 0.0,
             output_tokens_per_s=tokens / duration if duration > 0 else 0.0,
             preemptions=self.preemptions, max_queue=self.max_queue,
-            queue_len=tuple((t, q) for t, q, _ in _thin(self.samples, duration)),
-            kv_used=tuple((t, b / self.kv_blocks) for t, _, b in _thin(self.samples, duration)),
+            queue_len=tuple((t, q) for t, q, _ in thinned),
+            kv_used=tuple((t, b / self.kv_blocks) for t, _, b in thinned),
             stable=True, unstable=None,
             per_request=tuple((a, b, c) for a, b, c in zip(ttft, tpot, e2e, strict=True)))
 
