@@ -21,13 +21,20 @@ from fake_openai import FakeServer
 from gpuscout import api
 from gpuscout.errors import SpecError
 from gpuscout.estimator.calibration import load_calibration
+from gpuscout.estimator.efficiency import calibrated
+from gpuscout.estimator.serving.from_speed import sim_config, step_costs
+from gpuscout.estimator.serving.model import Arrivals
+from gpuscout.estimator.serving.simulate import simulate
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.loadgen.plan import make_plan
 from gpuscout.report.load_prediction import error, measured_value
 from gpuscout.results.schema import BenchResult
+from gpuscout.workload.job import InferenceJob
+from gpuscout.workload.presets import load_llm_preset
 
 Server = Callable[..., AbstractContextManager[FakeServer]]
 H100 = find_gpu("h100-sxm5-80gb")
+LLAMA8 = load_llm_preset("llama-3-8b")
 JOB_TOML = 'kind = "inference"\nmodel = "llama-3-8b"\nprompt_tokens = 128\noutput_tokens = 16\nconcurrency = 2\n'
 
 
@@ -58,9 +65,9 @@ def job_file(tmp_path: Path) -> Path:
 def test_calibrate_fits_step_costs_to_a_load_and_the_next_prediction_uses_them(fake_server: Server, job_file: Path,
                                                                             tmp_path: Path) -> None:
     measured, cal = tmp_path / "load.json", tmp_path / "calibration.toml"
-    # 50 ms to the first token and 5 ms a token: far from what an 8B model on an H100 does, so the speed
-    # model's estimate misses by a lot and the fit has something to learn.
-    with fake_server(ttft_s=0.05, token_delay_s=0.005) as srv:
+    # 200 ms to the first token and 5 ms a token: far from what an 8B model on an H100 does (~45 ms to the
+    # first token), so the speed model's estimate misses by a lot and the fit has something to learn.
+    with fake_server(ttft_s=0.2, token_delay_s=0.005) as srv:
         before = run_load(srv.url, measured, job=job_file, use_calibration=False)
         report = api.calibrate([measured], output=cal)
         after = run_load(srv.url, None, job=job_file, calibration=cal)
@@ -70,11 +77,31 @@ def test_calibrate_fits_step_costs_to_a_load_and_the_next_prediction_uses_them(f
     assert entry.source.startswith("sha256:") and set(entry.residuals) >= {"ttft_p95_s", "output_tokens_per_s"}
     assert load_calibration(cal).serving == (entry,)
     assert after.prediction is not None and after.prediction.costs_source.startswith("calibrated from 1 load result")
-    # The calibrated prediction of the same server is closer than the uncalibrated one, level by level.
-    for field, metric, summary in (("ttft_p50_s", "ttft_s", "p50"), ("itl_p50_s", "chunk_gap_s", "p50")):
-        for calibrated_error, estimate_error in zip(errors(after, field, metric, summary),
-                                                    errors(before, field, metric, summary), strict=True):
-            assert calibrated_error < estimate_error, (field, calibrated_error, estimate_error)
+    # The next prediction simulates with the fitted costs: the speed model's prior at the default factors,
+    # device terms times the entry's factors, host terms the entry's seconds.
+    job = InferenceJob.model_validate(after.prediction.job)
+    with calibrated(None):
+        prior = step_costs(job, LLAMA8, H100)
+    fitted = after.prediction.costs_source
+    with calibrated(load_calibration(cal)):
+        config = sim_config(job, LLAMA8, H100)
+    assert config.costs.source == fitted
+    for term, factor in entry.factors.items():
+        assert getattr(config.costs, term) == pytest.approx(getattr(prior, term) * factor, rel=1e-12)
+    for term, seconds in entry.seconds.items():
+        assert getattr(config.costs, term) == seconds
+    for level, case in zip(after.prediction.levels, after.cases, strict=True):
+        sim = simulate(config, Arrivals(kind="concurrency", concurrency=case.params["concurrency"], requests=30,
+                                        prompt_tokens=128, output_tokens=16, seed=after.fixed.seed))
+        assert (level.ttft_p50_s, level.itl_p95_s, level.requests_per_s) == (
+            sim.ttft_s.p50, sim.itl_s.p95, sim.requests_per_s)
+    # The fit learned the server's time to first token: its request overhead is what the simulated lone
+    # request adds to the step costs, and it takes the calibrated TTFT P50 at one user closer to the
+    # measured one than the estimate's.
+    assert entry.seconds["request_overhead_s"] > prior.request_overhead_s
+    one_before, one_after = errors(before, "ttft_p50_s", "ttft_s", "p50")[0], errors(after, "ttft_p50_s", "ttft_s",
+                                                                                       "p50")[0]
+    assert one_after < one_before, (one_after, one_before)
 
 
 def test_a_load_without_the_served_job_is_skipped_with_the_fix(fake_server: Server, tmp_path: Path) -> None:
