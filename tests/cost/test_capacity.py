@@ -81,11 +81,24 @@ def test_no_level_meeting_the_slo_excludes_that_gpu_with_the_reason(measured: Be
     assert row.excluded is not None and "measured by" in row.excluded and row.slo_met is False
 
 
-def test_a_load_result_without_its_gpu_or_a_rate_without_a_result_is_refused(measured: BenchResult) -> None:
+def test_a_load_result_without_its_gpu_is_refused(measured: BenchResult) -> None:
     unnamed = measured.model_copy(update={"fingerprint": measured.fingerprint.model_copy(update={
         "gpu_name": None, "gpu_sku": None})})
     with pytest.raises(SpecError, match="names its server's GPU"):
         capacity_from_result(unnamed, job(Slo()))
-    with pytest.raises(SpecError, match="target_rps needs load_results"):
-        api.pick(job(Slo()), target_rps=5.0, today=measured.created_at.date())
     assert math.isfinite(rps(measured, "concurrency 1"))
+
+
+def test_a_rate_without_a_result_is_provisioned_from_the_simulation(measured: BenchResult) -> None:
+    """No load result: every offer's replicas for the rate come from the simulated replica."""
+    report = api.pick(job(Slo(ttft_p95_s=1.0)), target_rps=50.0, today=measured.created_at.date())
+    ranked = [r for r in report.pick.rows if r.excluded is None]
+    assert ranked and all(r.slo_source == "simulated" for r in ranked)
+    assert all(r.runtime_s == pytest.approx(100_000 / 50.0) for r in ranked)
+
+
+def test_the_measured_capacity_wins_over_the_simulation_on_its_gpu(measured: BenchResult) -> None:
+    report = api.pick(job(Slo(ttft_p95_s=10.0)), load_results=[measured], today=measured.created_at.date())
+    rows = {r.offer_id: r for r in report.pick.rows}
+    assert rows["lambda-h100-sxm-1x"].slo_source == "measured"
+    assert rows["lambda-a100-40gb-1x"].slo_source == "simulated"

@@ -13,6 +13,9 @@ from gpuscout.cost.pick import lay_out, mark_pareto, pick, place, slo_met
 from gpuscout.cost.pick_row import PickRow, exclusion
 from gpuscout.estimator.fit import planned_job
 from gpuscout.estimator.memory import estimate_memory
+from gpuscout.estimator.serving.from_speed import engine_limits, sim_config, step_costs
+from gpuscout.estimator.serving.model import Arrivals, SimConfig
+from gpuscout.estimator.serving.simulate import simulate
 from gpuscout.estimator.speed.estimate import estimate_speed
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.currency import ExchangeRate
@@ -113,8 +116,8 @@ def test_slo_misses_are_excluded() -> None:
     strict = InferenceJob(kind="inference", model="llama-3-8b", prompt_tokens=4000, output_tokens=200,
                           slo=Slo(ttft_p95_s=0.001))
     reason = pick(strict, LLAMA8, [offer()], today=TODAY).rows[0].excluded
-    assert reason is not None and reason.startswith("misses the latency SLO: TTFT ")
-    assert "> 0.001 s at the band's slow end" in reason
+    assert reason is not None and reason.startswith("misses the latency SLO: P95 TTFT ")
+    assert "> 0.001 s at 1 user a replica (simulated, the band's slow end)" in reason
 
 
 def test_other_currencies_need_an_exchange_rate() -> None:
@@ -156,19 +159,32 @@ def test_slo_is_judged_at_the_slow_end_of_the_band() -> None:
     between = job.model_copy(update={"slo": Slo(tpot_p95_s=tpot * (1 + slow) / 2)})
     beyond = job.model_copy(update={"slo": Slo(tpot_p95_s=tpot * slow * 1.01)})
     assert slo_met(between, speed) is False and slo_met(beyond, speed) is True
-    reason = pick(between, LLAMA8, [offer()], today=TODAY).rows[0].excluded
-    assert reason == f"misses the latency SLO: TPOT {tpot * slow:#.3g} s > {tpot * (1 + slow) / 2:g} s " \
-                     "at the band's slow end"
+    # pick simulates the load; its verdict is judged at the slow end of the same band
+    gpu = find_gpu("h100")
+    users = Arrivals(kind="concurrency", concurrency=8, requests=400, prompt_tokens=1000, output_tokens=200)
+    mid, end = (simulate(sim_config(job, LLAMA8, gpu, slow_end=s), users).tpot_s.p95 for s in (False, True))
+    assert end > mid * 1.1
+    target = Slo(tpot_p95_s=(mid + end) / 2)
+    reason = pick(job.model_copy(update={"slo": target}), LLAMA8, [offer()], today=TODAY).rows[0].excluded
+    assert reason is not None and reason.startswith(f"misses the latency SLO: P95 TPOT {end:.3g} s > ")
+    assert "at 8 users a replica (simulated, the band's slow end)" in reason
+    met = pick(job.model_copy(update={"slo": Slo(tpot_p95_s=end * 1.01)}), LLAMA8, [offer()], today=TODAY).rows[0]
+    assert met.excluded is None and met.slo_met and met.slo_source == "simulated"
 
 
 @pytest.mark.parametrize("job", [
-    InferenceJob(kind="inference", model="llama-3-8b", prompt_tokens=1000, output_tokens=200, requests=4000),
+    InferenceJob(kind="inference", model="llama-3-8b", prompt_tokens=1000, output_tokens=200, requests=4000,
+                 concurrency=8),
     ImageJob(kind="image", model="sdxl", images=800),
 ], ids=["serving", "image"])
 def test_every_gpu_of_the_instance_serves_as_a_replica(job: InferenceJob | ImageJob) -> None:
-    """One replica fits one GPU, so 8 GPUs work through the requests or images 8 times as fast."""
+    """One replica fits one GPU, so 8 GPUs work through the requests or images 8 times as fast. A serving
+    job's `concurrency` is its users, spread over the replicas: 8 times the users keep 8 replicas as busy
+    as one."""
     model = LLAMA8 if isinstance(job, InferenceJob) else load_image_preset("sdxl")
-    one, eight = (pick(job, model, [offer(gpu_count=n)], today=TODAY).rows[0] for n in (1, 8))
+    many = job.model_copy(update={"concurrency": 64}) if isinstance(job, InferenceJob) else job
+    one, eight = pick(job, model, [offer(gpu_count=1)], today=TODAY).rows[0], \
+        pick(many, model, [offer(gpu_count=8)], today=TODAY).rows[0]
     assert one.runtime_s is not None and eight.runtime_s is not None
     assert eight.runtime_s == pytest.approx(one.runtime_s / 8)
     throughput = "output_tokens_per_s" if isinstance(job, InferenceJob) else "images_per_s"
@@ -270,7 +286,15 @@ def test_serving_plans_time_fp8_kv_at_the_original_width() -> None:
     assert all(set(c) <= {"kv_cache_dtype", "gpu_memory_utilization"} for c in changes)
     as_written = estimate_speed(job, LLAMA8, gpu).metrics["tpot_s"]
     assert layout.speed.metrics["tpot_s"] == pytest.approx(as_written)
-    assert layout.metrics["tpot_s"] >= as_written and layout.runtime_high_s > layout.speed.job_high_s
+    # The simulated row times steps at the original KV width too (the plan's fp8 cache only holds more)
+    assert layout.sim is not None
+    original = job.model_copy(update={"tensor_parallel": 1})
+    assert layout.sim.costs_source == step_costs(original, LLAMA8, gpu).source
+    runs = simulate(SimConfig(costs=step_costs(original, LLAMA8, gpu),
+                              limits=engine_limits(layout.placement.job, LLAMA8, gpu)),  # type: ignore[arg-type]
+                    Arrivals(kind="concurrency", concurrency=32, requests=640, prompt_tokens=6000, output_tokens=2000))
+    assert layout.metrics["tpot_s"] == pytest.approx(runs.tpot_s.mean)
+    assert layout.runtime_high_s > layout.runtime_s
 
 
 def test_offers_sharing_a_shape_are_laid_out_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -32,7 +32,7 @@ UPDATE = os.environ.get("GPUSCOUT_UPDATE_GOLDEN") == "1"
 def _estimate(report: Callable[[], samples.api.EstimateReport], *, wide: bool = False) -> Callable[[], RenderableType]:
     def screen() -> RenderableType:
         r = report()
-        return estimate_screen(r.screening, detailed=r.detailed, wide=wide)
+        return estimate_screen(r.screening, detailed=r.detailed, wide=wide, capacities=r.capacities)
     return screen
 
 

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from gpuscout.estimator.breakdown import MemoryBreakdown
     from gpuscout.estimator.calibration import Calibration
     from gpuscout.estimator.screen import Screening
+    from gpuscout.estimator.serving.replica import ReplicaCapacity
+    from gpuscout.hardware.catalog import Gpu
     from gpuscout.trace.llm import TraceResult
 
 
@@ -28,6 +30,9 @@ class EstimateReport:
     trace_skipped: str | None = None  # why no trace was made
     calibration: Calibration | None = None  # the measured calibration the speeds used (docs/estimator.md §3.11)
     calibration_path: Path | None = None
+    # A serving job on each named GPU it fits: what one replica holds, simulated (GPU SKU, the capacity
+    # or why it was not simulated), docs/serving_sim.md "Where the simulation is used".
+    capacities: tuple[tuple[str, ReplicaCapacity | str], ...] = ()
 
 
 def estimate(job: JobRef = None, *, gpus: Sequence[str] = (), trace: bool = False,
@@ -52,8 +57,9 @@ def estimate(job: JobRef = None, *, gpus: Sequence[str] = (), trace: bool = Fals
     used, used_path = calibration_of(calibration, use_calibration)
     with calibrated(used):
         screening = screen(the_job, model, chosen, margin_pct)
+        capacities = _capacities(the_job, model, chosen, screening) if gpus else ()
     report = EstimateReport(job=the_job, screening=screening, detailed=bool(gpus), calibration=used,
-                            calibration_path=used_path)
+                            calibration_path=used_path, capacities=capacities)
     if not trace:
         return report
     from gpuscout.estimator.memory import estimate_memory
@@ -64,3 +70,30 @@ def estimate(job: JobRef = None, *, gpus: Sequence[str] = (), trace: bool = Fals
         return replace(report, trace_skipped=scoped.reason)
     return replace(report, trace=scoped.result, trace_analytic=estimate_memory(scoped.job, scoped.model, chosen[0]),
                    trace_scope=scoped.scope)
+
+
+def _capacities(job: Job, model: object, gpus: Sequence[Gpu], screening: Screening,
+                ) -> tuple[tuple[str, ReplicaCapacity | str], ...]:
+    """One replica of a serving job simulated on each named GPU it fits on (as written, at its
+    tensor_parallel); the reason instead where the simulator cannot model it."""
+    from gpuscout.errors import GpuscoutError
+    from gpuscout.estimator.serving.from_speed import simulable
+    from gpuscout.estimator.serving.replica import replica_capacity
+    from gpuscout.workload.job import InferenceJob
+    from gpuscout.workload.shape import ModelShape
+
+    if not isinstance(job, InferenceJob):
+        return ()
+    out: list[tuple[str, ReplicaCapacity | str]] = []
+    for gpu, verdict in zip(gpus, screening.verdicts, strict=True):
+        if not verdict.fits or verdict.speed is None:
+            continue
+        why = simulable(job) if isinstance(model, ModelShape) else "the model is not one language model"
+        if why is not None or not isinstance(model, ModelShape):
+            out.append((gpu.sku, why or ""))
+            continue
+        try:
+            out.append((gpu.sku, replica_capacity(job, model, gpu)))
+        except (GpuscoutError, ValueError) as exc:  # no KV room, a cost outside the simulator's range
+            out.append((gpu.sku, str(exc).splitlines()[0]))
+    return tuple(out)

@@ -53,7 +53,9 @@ def pick(job: JobRef = None, *, offers: str | Path | None = None, cloud: str | N
     `dataset_region` ('aws:us-east-1') or at `dataset_url` adds its transfer time and the source's
     egress to each bill (docs/cost.md §2.14). Runtimes use `calibration` as `estimate` does. For a
     serving job, `load_results` (`gpuscout load` of one replica on a named GPU) replace the estimate on
-    their GPU with the measured capacity at the SLO, with replicas for `target_rps` (docs/cost.md §5.4).
+    their GPU with the measured capacity at the SLO, with replicas for `target_rps` (docs/cost.md §5.4);
+    on the other offers one replica is simulated at the job's load (its `concurrency` users, or
+    `target_rps` as a Poisson rate) for the SLO verdict, the users it holds and the replicas needed.
     `doctor_results` replace the launch of the offers they were held against with the start-up they
     measured (docs/doctor.md §4.5). Offers marked `placeholder` (a price nobody observed) are left
     unranked unless `include_placeholders`. A spot offer whose sheet states no interruption rate is
@@ -145,9 +147,8 @@ def _capacities(job: Job, results: Sequence[str | Path | BenchResult],
     if target_rps is not None and not (math.isfinite(target_rps) and target_rps > 0):
         raise InputError("{target_rps} {rate} is not a positive rate.", "Replicas are provisioned for it.",
                          "Pass the requests per second to serve, e.g. {target_rps} 20.", rate=target_rps)
-    if not results:
-        raise InputError("{target_rps} needs {load_results}.", "Replicas are counted from a measured capacity.",
-                         "Pass the `gpuscout load` result of one replica with {load_results} RESULT.json.")
+    if not results:  # replicas for the rate come from the simulation (cost/simulated.py)
+        return []
     return [capacity_from_result(r, job) for r in results_of(results)]
 
 

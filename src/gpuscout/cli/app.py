@@ -124,11 +124,13 @@ def estimate(
     one_calibration_choice(calibration, no_calibration)
     report = api.estimate(job, gpus=gpu or (), trace=trace, trace_layers=layers, calibration=calibration,
                           use_calibration=not no_calibration, margin_pct=margin)
-    emit(lambda: estimate_payload(report.job, report.screening, report.trace, report.trace_analytic)
+    emit(lambda: estimate_payload(report.job, report.screening, report.trace, report.trace_analytic,
+                                  report.capacities)
          | calibration_payload(report.calibration, report.calibration_path),
          lambda: estimate_screen(report.screening, detailed=report.detailed, wide=wide, trace=report.trace,
                                  trace_analytic=report.trace_analytic, trace_scope=report.trace_scope,
-                                 trace_skipped=report.trace_skipped, calibration=report.calibration), as_json)
+                                 trace_skipped=report.trace_skipped, calibration=report.calibration,
+                                 capacities=report.capacities), as_json)
 
 
 @app.command()

@@ -131,7 +131,8 @@ def judge_measured(job: InferenceJob, offer: Offer, cap: MeasuredCapacity, targe
                    rates: Sequence[ExchangeRate], deadline_s: float | None, budget_usd: float | None, today: date,
                    options: CostOptions | None, currency: DisplayCurrency) -> PickRow:
     """One offer priced from the measured capacity instead of the roofline."""
-    base = row_base(offer, today) | {"fits": True, "gpus_needed": cap.gpus, "bound": "measured"}
+    base = row_base(offer, today) | {"fits": True, "gpus_needed": cap.gpus, "bound": "measured",
+                                     "slo_source": "measured"}
     if cap.case is None:
         return PickRow(**base | {"slo_met": False, "excluded": f"misses the latency SLO: measured by {cap.source}: "
                                                                 f"{cap.miss}"})

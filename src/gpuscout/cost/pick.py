@@ -27,6 +27,14 @@ from gpuscout.cost.capacity import MeasuredCapacity, capacity_warnings, find_cap
 from gpuscout.cost.cost_band import priced_band, separable_flags, total_band
 from gpuscout.cost.machine import MachineCheck, check_machine, host_needs, machine_offer, price_on_machine
 from gpuscout.cost.pick_row import PickRow, exclusion, row_base, unit_costs
+from gpuscout.cost.simulated import (
+    SOURCE_ESTIMATE,
+    SOURCE_SIMULATED,
+    SimulatedLoad,
+    miss_words,
+    one_instance_words,
+    simulate_layout,
+)
 from gpuscout.cost.spot import SpotNeverFinishes
 from gpuscout.cost.spot_prior import InterruptionPrior, SpotKnowledge, prior_for, with_prior
 from gpuscout.cost.trial_price import TrialAdvice
@@ -101,6 +109,12 @@ class Layout(Frozen):
     compat: tuple[Finding, ...] = ()  # the compatibility rules' findings for the placed job (estimator/compat.py)
     fit_verdict: str = FITS  # of the placed job against the error band (estimator/margin.py)
     fallback_runtime_s: float | None = None  # tight: the runtime under a plan that leaves the band's headroom
+    # Serving: one replica simulated at the job's load (cost/simulated.py); the SLO verdict, the runtime and
+    # the replicas come from it. None where it cannot run (`slo_source` says the single-request estimate).
+    sim: SimulatedLoad | None = None
+    slo_source: str | None = None  # where the SLO verdict came from: simulated / single-request estimate
+    sim_skipped: str | None = None  # why the simulation could not run
+    slo_note: str | None = None  # several instances: what one alone misses at the job's users
 
 
 class PickResult(Frozen):
@@ -139,7 +153,8 @@ def pick(job: Job, model: Model, offers: Sequence[Offer], *, rates: Sequence[Exc
             continue
         rows.append(vouched(guarded(o, today, partial(judge_offer, job, model, o, rates, deadline_s, budget_usd,
                                                       today, options, currency, layouts=layouts, hosts=hosts,
-                                                      as_written=as_written, margin_pct=margin_pct)),
+                                                      as_written=as_written, margin_pct=margin_pct,
+                                                      target_rps=target_rps)),
                             prior, include_placeholders))
     ranked = sorted((r for r in rows if r.excluded is None), key=lambda r: r.total_usd or 0.0)
     ranked = mark_pareto(ranked, separable_flags(ranked))
@@ -197,13 +212,14 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
                 budget_usd: float | None, today: date, options: CostOptions | None,
                 currency: DisplayCurrency = USD, *, layouts: dict[tuple[str, int], Layout] | None = None,
                 hosts: dict[tuple[str, int], HostNeeds] | None = None, as_written: bool = False,
-                margin_pct: float | None = None) -> PickRow:
-    """One offer: lay the job out on its instance (cached per shape), bill the runtime, apply the limits."""
+                margin_pct: float | None = None, target_rps: float | None = None) -> PickRow:
+    """One offer: lay the job out on its instance (cached per shape), bill the runtime, apply the limits.
+    A serving job's runtime and SLO verdict are simulated at its load (`target_rps`: a Poisson rate)."""
     cache = layouts if layouts is not None else {}
     key = (offer.gpu, offer.gpu_count)  # `Offer.gpu` is already the catalog SKU
     if key not in cache:
         cache[key] = lay_out(job, model, find_gpu(offer.gpu), offer.gpu_count, as_written=as_written,
-                             margin_pct=margin_pct)
+                             margin_pct=margin_pct, target_rps=target_rps)
     layout = cache[key]
     base = row_base(offer, today)
     if layout.placement is None or layout.speed is None:
@@ -218,7 +234,7 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
     machine = check_machine(placement.job, model, offer, processes=processes, data=data, needs=known[key])
     fitted = {"fits": True, "gpus_needed": placement.gpus_needed, "runtime_s": layout.runtime_s,
               "bound": speed.bound, "plan": placement.plan, "machine": machine, **_layout_fields(job, placement),
-              "fit_verdict": layout.fit_verdict}
+              "fit_verdict": layout.fit_verdict, "slo_source": layout.slo_source, "slo_note": layout.slo_note}
     if machine.excluded is not None:
         return PickRow(**base | fitted | {"excluded": machine.excluded})
     try:
@@ -227,8 +243,9 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
         return PickRow(**base | fitted | {"excluded": f"never finishes on spot: {exc.what}"})
     timing = fitted | {"runtime_low_s": layout.runtime_low_s, "runtime_high_s": layout.runtime_high_s,
                        "metrics": layout.metrics, "slo_met": layout.slo_met, "cost": cost}
+    instances = layout.sim.instances if layout.sim is not None else 1  # a target rate may need several
     try:
-        total, p95 = (to_usd(x, offer.currency, rates) for x in (cost.total, cost.total_p95))
+        total, p95 = (to_usd(x, offer.currency, rates) * instances for x in (cost.total, cost.total_p95))
     except SpecError:
         no_rate = f"priced in {offer.currency} and no exchange rate was given: {missing_rate_fix(offer.currency)}"
         return PickRow(**base | timing | {"excluded": no_rate})
@@ -238,6 +255,8 @@ def judge_offer(job: Job, model: Model, offer: Offer, rates: Sequence[ExchangeRa
                                         partial(to_usd, currency=offer.currency, rates=rates),
                                         layout.runtime_low_s, layout.runtime_high_s),
                            (risk,))  # a tight fit: an out-of-memory first attempt is on the bill's high end
+    if instances > 1:  # every instance bills alike (an open high end stays open)
+        low, high = low * instances, (high * instances if high is not None else None)
     units = unit_costs(job, total)
     # The deadline is on when the job ends: the dataset's pull comes before the first step.
     pull_s = machine.transfer.seconds if machine.transfer is not None else 0.0
@@ -281,7 +300,7 @@ def oom_risk_usd(offer: Offer, layout: Layout, total_usd: float, options: CostOp
 
 
 def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = False,
-            margin_pct: float | None = None) -> Layout:
+            margin_pct: float | None = None, target_rps: float | None = None) -> Layout:
     """The job on `count` × `gpu`: as written if it fits, else under a plan that keeps the task
     (unless `as_written`); the runtime with replicas and the plan's unmodelled slowdown applied.
     A layout inside the error band (*tight*) gives way to a plan that leaves the band's headroom when
@@ -294,7 +313,7 @@ def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = 
         how = " as written" if as_written else ", even with a plan"  # a plan: changes that keep the task
         return Layout(placement=None, unfit=f"does not fit in {count} × {gpu.name}{how}",
                       options=() if as_written else _options(job, model, gpu, count))
-    layout = _timed_layout(job, model, gpu, count, placement)
+    layout = _timed_layout(job, model, gpu, count, placement, target_rps)
     if layout.placement is None:
         return layout
     band = band_for(placement.job, margin_pct)
@@ -305,7 +324,7 @@ def lay_out(job: Job, model: Model, gpu: Gpu, count: int, *, as_written: bool = 
     safer = None if as_written else _margin_placement(placement, model, gpu, band)
     if safer is None:
         return tight
-    roomy = _timed_layout(job, model, gpu, count, safer)
+    roomy = _timed_layout(job, model, gpu, count, safer, target_rps)
     if roomy.placement is None:
         return tight
     if roomy.runtime_s <= layout.runtime_s * (1.0 + MARGIN_PLAN_LITTLE):
@@ -321,8 +340,10 @@ def _margin_placement(placement: Placement, model: Model, gpu: Gpu, band: Band) 
     return placement.model_copy(update={"job": planned_job(placement.job, more), "plan": (*placement.plan, *more)})
 
 
-def _timed_layout(job: Job, model: Model, gpu: Gpu, count: int, placement: Placement) -> Layout:
-    """A placement timed: the speed model's runtime with replicas and the plan's slowdowns, SLOs checked."""
+def _timed_layout(job: Job, model: Model, gpu: Gpu, count: int, placement: Placement,
+                  target_rps: float | None = None) -> Layout:
+    """A placement timed: the speed model's runtime with replicas and the plan's slowdowns, SLOs checked;
+    a serving job's runtime and SLO verdict from the simulation at its load where it can run."""
     timed = _timed_job(placement, job)
     findings = check(timed, model, gpu, gpus=placement.group)  # a fallback's slowdown: of the job timed here
     cannot = exclusion_reason(findings)
@@ -337,10 +358,53 @@ def _timed_layout(job: Job, model: Model, gpu: Gpu, count: int, placement: Place
     runtime, low, high = (s / placement.replicas for s in
                           (speed.job_s * slow, speed.job_low_s * slow, speed.job_high_s * slow_high))
     misses = slo_misses(job, speed, slow_high)
-    return Layout(placement=placement, unfit=None, speed=speed, runtime_s=runtime, runtime_low_s=low,
-                  runtime_high_s=high, metrics=_scaled_metrics(speed, placement, slow), compat=findings,
-                  slo_miss="; ".join(misses) + " at the band's slow end" if misses else None,
-                  slo_met=not misses if any(k in speed.metrics for k in _slo_targets(job)) else None)
+    layout = Layout(placement=placement, unfit=None, speed=speed, runtime_s=runtime, runtime_low_s=low,
+                    runtime_high_s=high, metrics=_scaled_metrics(speed, placement, slow), compat=findings,
+                    slo_miss="; ".join(misses) + " at the band's slow end" if misses else None,
+                    slo_met=not misses if any(k in speed.metrics for k in _slo_targets(job)) else None)
+    if not isinstance(job, InferenceJob) or not isinstance(timed, InferenceJob) \
+            or not isinstance(placement.job, InferenceJob):
+        return layout
+    return _simulated(layout, job, timed, placement.job, model, gpu, placement.replicas, target_rps, slow)
+
+
+def _simulated(layout: Layout, job: InferenceJob, timed: InferenceJob, placed: InferenceJob, model: Model, gpu: Gpu,
+               replicas: int, target_rps: float | None, slowdown: float) -> Layout:
+    """The serving layout with its runtime, throughputs and SLO verdict from the simulation at the job's
+    load; where the simulation cannot run, the single-request estimate stays and says so."""
+    sim = simulate_layout(timed, placed, model, gpu, replicas, target_rps)
+    if isinstance(sim, str):
+        return layout.model_copy(update={"sim_skipped": sim,
+                                         "slo_source": SOURCE_ESTIMATE if layout.slo_met is not None else None})
+    speed = layout.speed
+    assert speed is not None
+    # The requests over the deployment's simulated rate; a target rate is the rate the job is served at.
+    rate = target_rps if target_rps is not None and sim.replicas_needed else sim.requests_per_s
+    runtime = job.requests / rate * slowdown
+    if rate == target_rps:  # served at the given rate: the band is in the replicas, not the runtime
+        low = high = runtime
+    else:
+        low = runtime * (speed.job_low_s / speed.job_s if speed.job_s else 1.0)
+        high = max(runtime, job.requests / sim.slow_requests_per_s * slowdown)
+    scale = rate / sim.requests_per_s
+    ttft, tpot, e2e = sim.latency_means_s  # at the load a replica carries, not a lone request's
+    metrics = {**layout.metrics, TTFT_S: ttft, TPOT_S: tpot, E2E_S: e2e,
+               "requests_per_s": rate, "output_tokens_per_s": sim.output_tokens_per_s * scale,
+               "replicas": float(sim.replicas_used), "instances": float(sim.instances),
+               "ttft_p95_s_slow_end": sim.ttft_p95_s, "tpot_p95_s_slow_end": sim.tpot_p95_s}
+    if sim.held_users is not None:
+        metrics["users_held_per_replica"] = float(sim.held_users)
+    if sim.held_rate_per_s is not None:
+        metrics["requests_per_s_held_per_replica"] = sim.held_rate_per_s
+    if sim.replicas_needed is not None:
+        metrics["replicas_needed"] = float(sim.replicas_needed)
+    missed = bool(sim.misses) or (target_rps is not None and sim.replicas_needed is None)
+    checked = bool(_slo_targets(job)) or target_rps is not None
+    return layout.model_copy(update={
+        "sim": sim, "slo_source": SOURCE_SIMULATED, "slo_note": one_instance_words(sim), "runtime_s": runtime,
+        "runtime_low_s": low,
+        "runtime_high_s": high, "metrics": metrics, "slo_miss": miss_words(sim, target_rps) if missed else None,
+        "slo_met": (not missed) if checked else None})
 
 
 def _timed_job(placement: Placement, job: Job) -> Job:

@@ -81,6 +81,11 @@ class PickRow(OfferFacts):
     # (a billed failed start + the fallback plan's total − this total; docs/cost.md §2.15).
     fit_verdict: str = "fits"
     oom_risk_usd: float = 0.0
+    # Serving: where the SLO verdict, replicas and runtime came from: "simulated" (one replica simulated at
+    # the job's load, the band's slow end), "measured" (a `load` result's capacity), "single-request
+    # estimate" (the speed model's lone request, no queueing: where the simulation cannot run). None: no SLO.
+    slo_source: str | None = None
+    slo_note: str | None = None  # simulated over several instances: what one alone would miss
 
 
 def row_base(offer: Offer, today: date) -> dict[str, object]:

@@ -8,7 +8,7 @@ fit, the runtime band and the bound. The detail of one GPU is in `report/estimat
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -18,6 +18,7 @@ from gpuscout.estimator.breakdown import MemoryBreakdown, bytes_by_category
 from gpuscout.estimator.calibration import Calibration
 from gpuscout.estimator.margin import NO_FIT, TIGHT
 from gpuscout.estimator.screen import GpuVerdict, Screening
+from gpuscout.estimator.serving.replica import ReplicaCapacity
 from gpuscout.report.calibration import calibration_block
 from gpuscout.report.compat import Span, finding_text, spans
 from gpuscout.report.estimate_detail import band_words, verdict_detail
@@ -25,6 +26,7 @@ from gpuscout.report.footnotes import Footnotes
 from gpuscout.report.layout import label_column, number_column, one_line, plain, prose_column
 from gpuscout.report.machine import host_table
 from gpuscout.report.numbers import duration, duration_band, exact, gib_number, ratio, size
+from gpuscout.report.serving_verdict import capacity_line
 from gpuscout.trace.llm import TraceResult
 
 CAPTION = "GiB = 2^30 bytes; usable = what the GPU shows (nvidia-smi total where known)"
@@ -165,14 +167,19 @@ def trace_table(analytic: MemoryBreakdown, traced: Mapping[str, int], traced_tot
 
 def estimate_screen(screening: Screening, *, detailed: bool, wide: bool = False, trace: TraceResult | None = None,
                     trace_analytic: MemoryBreakdown | None = None, trace_scope: str | None = None,
-                    trace_skipped: str | None = None, calibration: Calibration | None = None) -> RenderableType:
-    """The screening table (with a line per GPU whose speed is calibrated); every named GPU's detail;
-    the trace beside the analytic estimate."""
+                    trace_skipped: str | None = None, calibration: Calibration | None = None,
+                    capacities: Sequence[tuple[str, ReplicaCapacity | str]] = ()) -> RenderableType:
+    """The screening table (with a line per GPU whose speed is calibrated); every named GPU's detail
+    (a serving job's with what one replica holds, simulated); the trace beside the analytic estimate."""
     notes = Footnotes()
     parts: list[RenderableType] = [screening_table(screening, notes, wide=wide), notes.flush(),
                                    *calibration_block(calibration, (v.gpu_sku for v in screening.verdicts))]
     if detailed:
-        parts += [verdict_detail(v, notes, wide=wide) for v in screening.verdicts]
+        held = dict(capacities)
+        for v in screening.verdicts:
+            parts.append(verdict_detail(v, notes, wide=wide))
+            if v.gpu_sku in held:
+                parts.append(capacity_line(v.gpu_sku, held[v.gpu_sku]))
         if screening.host is not None:
             parts.append(host_table(screening.host, notes))
     else:

@@ -14,6 +14,7 @@ from gpuscout.cost.load_cost import LoadCost
 from gpuscout.cost.pick import PickResult
 from gpuscout.estimator.breakdown import MemoryBreakdown
 from gpuscout.estimator.screen import Screening
+from gpuscout.estimator.serving.replica import ReplicaCapacity
 from gpuscout.hardware.catalog import Gpu
 from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate, from_usd
 from gpuscout.hardware.offers import Offer
@@ -30,8 +31,11 @@ from gpuscout.workload.video import VideoModelShape
 
 
 def estimate_payload(job: Job, screening: Screening, trace: TraceResult | None = None,
-                     trace_analytic: MemoryBreakdown | None = None) -> dict[str, Any]:
+                     trace_analytic: MemoryBreakdown | None = None,
+                     capacities: Sequence[tuple[str, ReplicaCapacity | str]] = ()) -> dict[str, Any]:
     payload: dict[str, Any] = {"job": job.model_dump(), "screening": screening.model_dump()}
+    if capacities:  # a serving job: what one replica holds, simulated, per named GPU (or why not)
+        payload["capacity"] = {sku: cap if isinstance(cap, str) else cap.model_dump() for sku, cap in capacities}
     if trace is not None and trace_analytic is not None:
         payload |= {"trace": trace.model_dump(), "trace_analytic": trace_analytic.model_dump()}
     return payload

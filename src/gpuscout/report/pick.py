@@ -37,6 +37,7 @@ from gpuscout.report.gpu_layout import layout_words
 from gpuscout.report.layout import label_column, number_column, plain, prose_column, some_ids
 from gpuscout.report.machine import machine_lines
 from gpuscout.report.numbers import age, duration, duration_band, gib, money, money_in, seconds, sig
+from gpuscout.report.serving_verdict import capacity_words, slo_legend, verdict_lines
 from gpuscout.report.trial import trial_lines
 from gpuscout.report.unvouched import band_line, unvouched_lines
 
@@ -98,6 +99,8 @@ def pick_table(result: PickResult, *, wide: bool = False, top: int = TOP) -> Ren
         table.add_row(*_cells(row, rank if row.excluded is None else None, notes, wide=wide, with_slo=with_slo,
                               shown=result.currency))
     parts: list[RenderableType] = [_title(result), table, notes.flush(), Text(WIDE_CAPTION, style="dim")]
+    if any(r.slo_source is not None for r in rows):
+        parts.append(Text(SLO_CAPTION, style="dim"))
     return Group(*parts, *_captions(rows, hidden), *trial_lines(result.trial, result.currency), *bill_blocks(result),
                  *_notes(result))
 
@@ -159,8 +162,9 @@ def _legend(rows: Sequence[PickRow]) -> list[Text]:
              *(["age over 30 d: a stale price"] if any(r.stale for r in rows) else [])]
     if marks:
         lines.append("; ".join(marks))
-    if any(r.slo_met for r in rows):  # an offer that misses it is excluded, so a ranked one meets it
-        lines.append("every ranked offer meets the latency SLO at its band's slow end")
+    legend = slo_legend(rows)  # an offer that misses it is excluded, so a ranked one meets it
+    if legend is not None:
+        lines.append(legend)
     if rows and any(r.separable and same_runtime(rows[0], r) for r in rows[1:]):
         lines.append("rows on the leader's GPUs and plan share its runtime: told apart by price")
     return [Text(line, style="dim") for line in lines]
@@ -175,6 +179,9 @@ def _default_cells(row: PickRow, result: PickResult) -> list[str | Text]:
     words = layout_words(row)
     if words:
         offer.append(f"\n{words}", style="dim")
+    held = capacity_words(row)
+    if held:
+        offer.append(f"\n{held}", style="dim")
     if row.plan:
         offer.append(f"\nplan: {plan_words(row.plan)}", style="yellow")
     if row.compat and row.excluded is None:  # priced with a fallback's slowdown, or runs under a condition
@@ -233,10 +240,17 @@ def _cells(row: PickRow, rank: int | None, notes: Footnotes, *, wide: bool, with
     if wide:
         cells = [str(rank), *cells, plain(unit_costs(row.unit_costs_usd, shown))]
     if with_slo:
-        cells.append("-" if row.slo_met is None else ("yes" if row.slo_met else "no"))
+        cells.append("-" if row.slo_met is None else ("yes" if row.slo_met else "no") + _SOURCE_MARK.get(
+            row.slo_source or "", ""))
     if wide:
         cells += [row.bound or "", f"{row.observed_at}" + (" (stale)" if row.stale else "")]
     return cells
+
+
+# The SLO column's source marks in the wide table; its caption says what each means.
+_SOURCE_MARK = {"simulated": " (sim)", "measured": " (meas)", "single-request estimate": " (1 req)"}
+SLO_CAPTION = ("SLO: met at the band's slow end; (sim) simulated at the job's load, queueing counted; (meas) "
+               "measured by a load result; (1 req) a single-request estimate, no queueing")
 
 
 def vouch_marks(row: PickRow) -> str:
@@ -421,6 +435,7 @@ def explain_screen(result: PickResult, offer_id: str) -> RenderableType:
             parts.append(Text(options_text(row.options), style="dim"))
     if row.plan:
         parts.append(Text(f"plan: {plan_words(row.plan)}", style="yellow"))
+    parts += [Text(line) for line in verdict_lines(row)]
     if row.runtime_s is not None:
         band = (f" (band {duration_band(row.runtime_low_s, row.runtime_high_s)})"
                 if row.runtime_low_s is not None and row.runtime_high_s is not None else "")

@@ -27,6 +27,7 @@ from gpuscout.report.pick import (
     tight_words,
     unit_costs,
 )
+from gpuscout.report.serving_verdict import verdict_lines
 from gpuscout.report.trial import trial_lines
 from gpuscout.report.unvouched import unvouched_lines
 from gpuscout.units import HOUR_S
@@ -112,6 +113,7 @@ def _tip(row: PickRow, shown: DisplayCurrency) -> str:
              f"total {shown_money(row.total_usd, shown)}, P95 {shown_money(row.total_p95_usd, shown)}"]
     if row.plan:
         lines.append(f"plan: {plan_words(row.plan)}")
+    lines += verdict_lines(row)
     lines += [finding_text(f) for f in row.compat if row.excluded is None]
     if tight_words(row, shown):
         lines.append(tight_words(row, shown).strip())
@@ -128,7 +130,8 @@ def ranked_table(doc: PickDoc) -> Html:
               shown_band(r, pick.currency) if r.total_usd is not None else "",
               "≈ overlaps the leader" if r.separable is False else "",
               shown_money(r.total_p95_usd, pick.currency), shorten(unit_costs(r.unit_costs_usd, pick.currency), 60),
-              "" if r.slo_met is None else ("yes" if r.slo_met else "no"),
+              "" if r.slo_met is None else ("yes" if r.slo_met else "no") + (f" ({r.slo_source})"
+                                                                              if r.slo_source else ""),
               "; ".join(x for x in (plan_words(r.plan) if r.plan else "", tight_words(r, pick.currency).strip()) if x),
               f"{r.observed_at} ({price_age(r, pick.today) or 'age unknown'}{', stale' if r.stale else ''})"]
              for i, r in enumerate(rows)]
