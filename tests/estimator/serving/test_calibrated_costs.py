@@ -106,3 +106,19 @@ def test_unknown_terms_and_absurd_factors_are_refused() -> None:
         serving({"weights_s": 1e9})
     with pytest.raises(ValidationError, match="outside 0 to 3600 s"):
         serving({}, seconds={"request_overhead_s": -1.0})
+
+
+def test_pick_simulates_with_the_calibrated_step_costs() -> None:
+    """pick runs its simulations inside the calibration in force: a load-calibrated GPU's verdict uses the
+    fitted costs (a 2 s request overhead misses a 1 s TTFT target that the estimate meets)."""
+    from gpuscout.cost.simulated import simulate_layout
+
+    served = JOB.model_copy(update={"slo": JOB.slo.model_copy(update={"ttft_p95_s": 1.0})})
+    plain = simulate_layout(served, served, LLAMA8, H100, 1, None)
+    slow_host = Calibration(serving=(serving({}, seconds={"request_overhead_s": 2.0}),))
+    with calibrated(slow_host):
+        fitted = simulate_layout(served, served, LLAMA8, H100, 1, None)
+    assert not isinstance(plain, str) and not isinstance(fitted, str)
+    assert plain.costs_source.startswith("estimate") and not plain.misses
+    assert fitted.costs_source.startswith("calibrated from 1 load result")
+    assert any("TTFT" in miss for miss in fitted.misses)
