@@ -69,6 +69,8 @@ SCREENS: dict[str, Callable[[], RenderableType]] = {
     "compare": _compare,
     "bench": lambda: bench_screen(samples.bench_demo(), None, Path("results/demo-h100.json")),
     "load": _load,
+    "load-predicted": lambda: load_screen(samples.load_predicted()[0], output=None, costs=(),
+                                          search=samples.load_predicted()[1]),
     "cost": _cost,
 }
 # `--wide` is for wide terminals: its extra columns are checked at 160 columns only.
