@@ -62,7 +62,7 @@ def entries_table(entries: Iterable[CalibrationEntry]) -> Table:
     return table
 
 
-SERVING_NOTE = ("step costs fitted so the simulator reproduces each load's TTFT and ITL P50/P95 and output "
+SERVING_NOTE = ("step costs fitted so the simulator reproduces each load level's TTFT and ITL medians and output "
                 "tokens/s: device terms × the speed model's estimate, host terms in seconds; error: RMS of "
                 "simulated / measured − 1 over the levels, worst metric (docs/serving_sim.md)")
 TERM_NAMES = {"overhead_s": "step", "weights_s": "weights", "expert_weights_s": "experts", "kv_read_s_per_token": "KV",

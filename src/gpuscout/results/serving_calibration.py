@@ -30,6 +30,11 @@ if TYPE_CHECKING:
     from gpuscout.estimator.serving.model import StepCosts
     from gpuscout.workload.shape import ModelShape
 
+# What the step costs are fitted to: each level's medians and throughput. A short load's P95 carries the client
+# machine's hiccups (a busy VM put one level's TTFT P95 at 7x its P50, and a fit on P95s chased it, making two
+# of three levels worse than the uncalibrated estimate: docs/serving_sim.md); the tails the calibrated costs
+# predict are then held against the measured ones by the next load's prediction.
+FIT_METRICS = ("ttft_p50_s", "itl_p50_s", "output_tokens_per_s")
 RERUN = ("rerun the load with the served job and the server's GPU: gpuscout load URL --model M --job SPEC.toml "
          "--server-gpu GPU -o FILE")
 
@@ -97,7 +102,7 @@ def _fit(result: BenchResult, path: Path, digest: str, gpu: Gpu, job: InferenceJ
     if not observations:
         return ServingFit(None, (f"{path.name}: skipped: no level has a simulator twin (fixed concurrency or a "
                                  "Poisson or constant rate, finished requests)",))
-    fit = fit_step_costs(observations, prior, limits=limits)
+    fit = fit_step_costs(observations, prior, limits=limits, metrics=FIT_METRICS)
     factors, seconds = split_terms(fit.costs, prior, fit.fitted)
     residuals: dict[str, list[float]] = {}
     for row in fit.residuals:
