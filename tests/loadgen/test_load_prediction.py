@@ -90,7 +90,7 @@ def test_each_level_is_simulated_with_its_own_arrivals_and_stored(fake_server: S
     # The errors a JSON reader gets are the stored prediction over the stored measurement.
     errors = prediction_errors(stored)
     first = next(e for e in errors if e["case"] == stored.cases[0].name and e["metric"] == "ttft_p95_s")
-    ttft = next(m for m in stored.cases[0].metrics if m.name == "ttft_s")
+    ttft = next(m for m in stored.cases[0].metrics if m.name == "ttft_from_intended_s")
     assert ttft.summary is not None
     assert first["error"] == pytest.approx(prediction.levels[0].ttft_p95_s / ttft.summary.p95 - 1)
     assert load_payload(stored, (), None)["prediction_errors"] == errors
