@@ -166,3 +166,33 @@ def test_an_old_result_without_a_prediction_reads_and_writes_as_before(tmp_path:
     assert "prediction" not in json.loads(path.read_text())
     assert load_result(path) == old
     assert "simulator" not in screen_text(api.LoadReport(result=old))
+
+
+def test_a_rate_and_a_trace_replay_are_simulated_as_sent(fake_server: Server, job_file: Path,
+                                                         tmp_path: Path) -> None:
+    """An open-loop level is simulated at its rate; a trace replay on the trace's own rows, on the replay's clock
+    (send times divided by the speed-up): the prediction equals that simulation."""
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 64 + 8 * i, "output_length": 8,
+                                         "hash_ids": [i]}) + "\n" for i in range(12)))
+    with fake_server(ttft_s=0.002, token_delay_s=0.001) as srv:
+        rate = api.load(plan(srv.url, concurrency=None, rate=20.0, arrival="constant"), job=job_file,
+                        use_calibration=False)
+        replay = api.load(plan(srv.url, concurrency=None, trace=trace, speedup=2.0, requests=None), job=job_file,
+                          use_calibration=False)
+    job = InferenceJob.model_validate({"kind": "inference", "model": "llama-3-8b", "prompt_tokens": 128,
+                                       "output_tokens": 16, "concurrency": 2})
+    config = sim_config(job, load_llm_preset("llama-3-8b"), H100)
+    assert rate.result.prediction is not None and replay.result.prediction is not None
+    level = rate.result.prediction.levels[0]
+    assert level.arrivals.startswith("constant 20 req/s, 12 requests")
+    sim = simulate(config, Arrivals(kind="constant", rate_per_s=20.0, requests=12, prompt_tokens=128,
+                                    output_tokens=16, seed=rate.result.fixed.seed))
+    assert (level.ttft_p95_s, level.requests_per_s) == (sim.ttft_s.p95, sim.requests_per_s)
+    level = replay.result.prediction.levels[0]
+    assert level.arrivals.startswith("trace, 12 requests") and level.prompt_tokens == pytest.approx(64 + 8 * 5.5)
+    rows = tuple((0.05 * i, 64 + 8 * i, 8) for i in range(12))  # 100 ms apart, replayed twice as fast
+    sim = simulate(config, Arrivals(kind="trace", trace=rows, requests=12, prompt_tokens=108, output_tokens=8,
+                                    seed=replay.result.fixed.seed))
+    assert level.ttft_p50_s == pytest.approx(sim.ttft_s.p50, rel=1e-9)
+    assert level.output_tokens_per_s == pytest.approx(sim.output_tokens_per_s, rel=1e-9)
