@@ -15,6 +15,7 @@ from gpuscout.estimator.fit import planned_job
 from gpuscout.estimator.memory import estimate_memory
 from gpuscout.estimator.serving.from_speed import engine_limits, sim_config, step_costs
 from gpuscout.estimator.serving.model import Arrivals, SimConfig
+from gpuscout.estimator.serving.replica import sim_requests
 from gpuscout.estimator.serving.simulate import simulate
 from gpuscout.estimator.speed.estimate import estimate_speed
 from gpuscout.hardware.catalog import find_gpu
@@ -292,7 +293,8 @@ def test_serving_plans_time_fp8_kv_at_the_original_width() -> None:
     assert layout.sim.costs_source == step_costs(original, LLAMA8, gpu).source
     runs = simulate(SimConfig(costs=step_costs(original, LLAMA8, gpu),
                               limits=engine_limits(layout.placement.job, LLAMA8, gpu)),  # type: ignore[arg-type]
-                    Arrivals(kind="concurrency", concurrency=32, requests=640, prompt_tokens=6000, output_tokens=2000))
+                    Arrivals(kind="concurrency", concurrency=32, requests=sim_requests(32), prompt_tokens=6000,
+                             output_tokens=2000))
     assert layout.metrics["tpot_s"] == pytest.approx(runs.tpot_s.mean)
     assert layout.runtime_high_s > layout.runtime_s
 

@@ -392,8 +392,12 @@ def _simulated(layout: Layout, job: InferenceJob, timed: InferenceJob, placed: I
                "requests_per_s": rate, "output_tokens_per_s": sim.output_tokens_per_s * scale,
                "replicas": float(sim.replicas_used), "instances": float(sim.instances),
                "ttft_p95_s_slow_end": sim.ttft_p95_s, "tpot_p95_s_slow_end": sim.tpot_p95_s}
+    if sim.users_per_replica is not None:
+        metrics["users_per_replica"] = float(sim.users_per_replica)
     if sim.held_users is not None:
         metrics["users_held_per_replica"] = float(sim.held_users)
+        if sim.held_at_least:  # searched only up to the job's users: a lower bound
+            metrics["users_held_per_replica_at_least"] = 1.0
     if sim.held_rate_per_s is not None:
         metrics["requests_per_s_held_per_replica"] = sim.held_rate_per_s
     if sim.replicas_needed is not None:

@@ -27,7 +27,7 @@ from gpuscout.estimator.serving.capacity import max_concurrency_at_slo, max_rate
 from gpuscout.estimator.serving.from_speed import engine_limits, simulable, step_costs
 from gpuscout.estimator.serving.goodput import slo_misses
 from gpuscout.estimator.serving.model import Arrivals, SimConfig, SimResult
-from gpuscout.estimator.serving.replica import SIM_REQUESTS_MAX, has_targets, sim_requests
+from gpuscout.estimator.serving.replica import SIM_REQUESTS_MIN, has_targets, sim_requests
 from gpuscout.estimator.serving.simulate import simulate
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu
@@ -37,6 +37,9 @@ from gpuscout.workload.shape import ModelShape
 SOURCE_SIMULATED = "simulated"
 SOURCE_MEASURED = "measured"
 SOURCE_ESTIMATE = "single-request estimate"
+# Requests one open-loop (target rate) simulation runs: a P95 from 100 samples above it, and the
+# simulator's default sample for a rate bisection doubled (estimator/serving/capacity.py).
+RATE_REQUESTS = 2_000
 
 
 class SimulatedLoad(Frozen):
@@ -47,10 +50,12 @@ class SimulatedLoad(Frozen):
     replicas_used: int  # replicas that serve (fewer than the instance's when there are fewer users)
     instances: int = 1  # a target rate may need several instances of the offer
     held_users: int | None = None  # users one replica holds at the SLO (slow end); None: no SLO targets
+    held_at_least: bool = False  # the search stopped at the job's users, all met: it holds at least that many
     held_rate_per_s: float | None = None  # requests/s one replica holds at the SLO (target-rate loads)
     replicas_needed: int | None = None  # for the job's users or the target rate; None: none would do
     misses: tuple[str, ...] = ()  # SLO targets missed at the load, slow end
     one_instance_misses: tuple[str, ...] = ()  # several instances: what one alone would miss at the job's users
+    one_instance_users: int | None = None  # the users a replica of one instance alone would serve
     requests_per_s: float  # the whole deployment's, at the load (expected costs)
     slow_requests_per_s: float  # the same at the band's slow end
     output_tokens_per_s: float
@@ -85,32 +90,42 @@ def simulate_layout(timed: InferenceJob, placed: InferenceJob, model: object, gp
 def _at_users(job: InferenceJob, expected: SimConfig, slow: SimConfig, replicas: int) -> SimulatedLoad:
     """The job's users over the instance's replicas; when one replica holds fewer at the SLO than that
     puts on it, over as many instances as the users need (the one instance's misses are kept)."""
-    requests = sim_requests(job.concurrency)  # one sample size for every run of the layout
     used = max(1, min(replicas, job.concurrency))
     users = math.ceil(job.concurrency / used)
-    slow_run = simulate(slow, _closed(job, users, requests))
+    slow_run = simulate(slow, _closed(job, users))
     held = needed = None
+    at_least = False
     instances = 1
     one_instance: tuple[str, ...] = ()
+    alone = users
     if has_targets(job.slo):
-        cap = max_concurrency_at_slo(slow, job.slo, prompt_tokens=job.prompt_tokens,
-                                     output_tokens=job.output_tokens, requests=requests)
-        held = cap.concurrency or 0
-        needed = math.ceil(job.concurrency / held) if held else None
         one_instance = tuple(slo_misses(slow_run, job.slo))
+        if not one_instance:  # the replica holds its share: at least that many (no search, a sheet stays quick)
+            held, at_least = users, True
+        elif users == 1:
+            held = 0
+        else:  # the most it holds below its share, by bisection (bounded by the share, not by max_num_seqs)
+            cap = max_concurrency_at_slo(slow, job.slo, prompt_tokens=job.prompt_tokens,
+                                         output_tokens=job.output_tokens, requests=SIM_REQUESTS_MIN,
+                                         max_concurrency=users - 1)
+            held = cap.concurrency or 0
+        needed = math.ceil(job.concurrency / held) if held else None
         if needed is not None and held < users:  # spread over more instances of the offer
             instances = math.ceil(needed / replicas)
             used = min(instances * replicas, job.concurrency)
             users = math.ceil(job.concurrency / used)
-            slow_run = simulate(slow, _closed(job, users, requests))
-    fast_run = simulate(expected, _closed(job, users, requests))
+            slow_run = simulate(slow, _closed(job, users))
+    fast_run = simulate(expected, _closed(job, users))
     load = f"{users} user{'s' if users > 1 else ''} a replica"
     sim = _load(load, users, used, instances, held, None, needed, job.slo, fast_run, slow_run, expected)
-    return sim.model_copy(update={"one_instance_misses": one_instance if instances > 1 else ()})
+    return sim.model_copy(update={"one_instance_misses": one_instance if instances > 1 else (),
+                                  "one_instance_users": alone, "held_at_least": at_least})
 
 
-def _closed(job: InferenceJob, users: int, requests: int) -> Arrivals:
-    return Arrivals(kind="concurrency", concurrency=users, requests=requests, prompt_tokens=job.prompt_tokens,
+def _closed(job: InferenceJob, users: int) -> Arrivals:
+    """The job's `users` closed loop, sampled as a bisection's run at that many users is."""
+    return Arrivals(kind="concurrency", concurrency=users, requests=sim_requests(users),
+                    prompt_tokens=job.prompt_tokens,
                     output_tokens=job.output_tokens)
 
 
@@ -119,7 +134,7 @@ def _at_rate(job: InferenceJob, expected: SimConfig, slow: SimConfig, replicas: 
     """Replicas for `target_rps` Poisson arrivals: each holds the most its SLO allows (without targets: the
     most it sustains), and the deployment is simulated at its share of the rate."""
     cap = max_rate_at_slo(slow, job.slo, prompt_tokens=job.prompt_tokens, output_tokens=job.output_tokens,
-                          requests=SIM_REQUESTS_MAX)
+                          requests=RATE_REQUESTS)
     held = cap.rate_per_s or 0.0
     if held <= 0:
         needed, used, share = None, replicas, target_rps / replicas
@@ -127,7 +142,7 @@ def _at_rate(job: InferenceJob, expected: SimConfig, slow: SimConfig, replicas: 
         needed = math.ceil(target_rps / held - 1e-9)
         used, share = needed, target_rps / needed
     instances = max(1, math.ceil(used / replicas))
-    arrivals = Arrivals(kind="poisson", rate_per_s=share, requests=SIM_REQUESTS_MAX,
+    arrivals = Arrivals(kind="poisson", rate_per_s=share, requests=RATE_REQUESTS,
                         prompt_tokens=job.prompt_tokens, output_tokens=job.output_tokens)
     fast_run, slow_run = simulate(expected, arrivals), simulate(slow, arrivals)
     load = f"Poisson {target_rps:g} req/s over {used} replica{'s' if used > 1 else ''}"
@@ -167,5 +182,5 @@ def one_instance_words(sim: SimulatedLoad) -> str | None:
     """'one instance alone misses the SLO: P95 TTFT 1.31 s > 1 s at the job's 20 users' (several instances)."""
     if sim.instances <= 1 or not sim.one_instance_misses:
         return None
-    return (f"one instance alone misses the SLO ({'; '.join(sim.one_instance_misses)}, the band's slow end): "
-            f"priced as {sim.instances} instances")
+    return (f"one instance alone misses the SLO ({'; '.join(sim.one_instance_misses)} at "
+            f"{sim.one_instance_users} users a replica, the band's slow end): priced as {sim.instances} instances")

@@ -53,7 +53,8 @@ def capacity_words(row: PickRow) -> str:
         instances = row.metrics.get("instances", 1.0)
         if instances > 1:
             return f"× {instances:.0f} instances ({users} a replica)"
-        return f"holds {users} a replica at the SLO"
+        least = "≥ " if row.metrics.get("users_held_per_replica_at_least") else ""
+        return f"holds {least}{users} a replica at the SLO"
     return ""
 
 
@@ -64,7 +65,9 @@ def verdict_lines(row: PickRow) -> list[str]:
     lines = [f"SLO verdict: {SOURCE_WORDS.get(row.slo_source, row.slo_source)}"]
     m = row.metrics
     if row.slo_source == "simulated" and "ttft_p95_s_slow_end" in m:
-        lines.append(f"  at the job's load, the band's slow end: P95 TTFT {sig(m['ttft_p95_s_slow_end'])} s, "
+        users = m.get("users_per_replica")
+        load = f"{users:.0f} users a replica" if users is not None else "the job's rate"
+        lines.append(f"  at {load}, the band's slow end: P95 TTFT {sig(m['ttft_p95_s_slow_end'])} s, "
                      f"P95 TPOT {sig(m.get('tpot_p95_s_slow_end', 0.0))} s")
         words = capacity_words(row)
         if words:
