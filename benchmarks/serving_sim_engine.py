@@ -113,6 +113,9 @@ def main() -> int:
             print(f"needs {', '.join(missing)}: install the project's `serving` extra", file=sys.stderr)
             return 2
         observed, noise = measure(settings, args)
+        if args.json:  # the measurement first: minutes of it are not lost to a later failure
+            args.json.write_text(json.dumps({"observations": [o.model_dump() for o in observed], "noise": noise},
+                                            indent=1))
     calibration = [o for o in observed if o.kind == "concurrency" and float(o.concurrency or 0) in calibrate_on]
     fit = fit_step_costs(calibration, None, limits=limits, metrics=tuple(args.fit_metrics.split(",")))
     rows = []

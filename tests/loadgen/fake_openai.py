@@ -13,8 +13,9 @@ Raw asyncio HTTP/1.1 (keep-alive, chunked SSE), so its own overhead is tiny and 
   echoing the request line and every header back: credentials included).
 * lying counts for every request: `usage_completion` replaces `usage.completion_tokens` (any JSON value);
   `stop_after` stops the output after that many tokens although max_tokens (and ignore_eos) asked for more.
-* `reject_extras`: answer 400 to requests carrying ignore_eos/min_tokens (servers that forbid
-  unknown fields); `seen` keeps every request's body and Authorization header for the tests.
+* `reject_extras`: answer `reject_status` (400, or 422 as FastAPI servers do) to requests carrying
+  ignore_eos/min_tokens (servers that forbid unknown fields); `seen` keeps every request's body and
+  Authorization header for the tests.
 * `/metrics`: Prometheus text with vLLM's names (running requests, prefix-cache queries and hits in
   tokens, generated tokens …), from what the server did; `prefix_cache=True` keeps a block prefix cache
   (`cache_block` words a block, the prompt = every message joined) and reports the hit as
@@ -54,6 +55,7 @@ class FakeConfig:
     token_delay_s: float = 0.0
     tokens_per_chunk: int = 1
     reject_extras: bool = False
+    reject_status: int = 400  # what a refusal of the extras answers: 400, or 422 as FastAPI's request models do
     api_key: str | None = None  # when set, other keys get 401
     usage_completion: Any = None  # when not None: the usage.completion_tokens reported, whatever was sent
     stop_after: int | None = None  # send at most this many tokens (a server that does not honour ignore_eos)
@@ -211,7 +213,7 @@ async def _complete(server: FakeServer, writer: asyncio.StreamWriter, path: str,
     if cfg.api_key and headers.get("authorization") != f"Bearer {cfg.api_key}":
         return await _refuse(writer, served, 401, "bad key")
     if cfg.reject_extras and ("ignore_eos" in req or "min_tokens" in req):
-        return await _refuse(writer, served, 400, "unknown field ignore_eos")
+        return await _refuse(writer, served, cfg.reject_status, "unknown field ignore_eos")
     fault = prompt.split("FAULT=", 1)[1].split()[0] if "FAULT=" in prompt else None
     if fault == "500":
         return await _refuse(writer, served, 500, "injected failure")

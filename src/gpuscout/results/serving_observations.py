@@ -79,7 +79,7 @@ def serving_observations(result: BenchResult, *, prompt_tokens: int | None = Non
         itl = _quantiles(case, ("chunk_gap_s",))
         samples = next((len(m.samples) for m in case.metrics if m.name == "ttft_s"), 0)
         out.append(ServingObservation(
-            kind=kind,  # type: ignore[arg-type]
+            kind=kind,
             concurrency=int(level) if kind == "concurrency" else None,
             rate_per_s=level if kind != "concurrency" else None,
             requests=max(samples, 1), prompt_tokens=prompt, output_tokens=output,

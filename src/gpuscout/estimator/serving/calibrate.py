@@ -46,6 +46,9 @@ METRICS = ("ttft_p50_s", "ttft_p95_s", "itl_p50_s", "itl_p95_s", "output_tokens_
 # the observations decide, the prior only breaks ties.
 PRIOR_WEIGHT = 0.1
 MIN_COST_S = 1e-7  # a fitted cost is kept above this (the logarithm needs > 0): 0.1 µs is nothing on any engine
+# A fitted cost is kept below this: a step of a minute is far past any engine's (a flat direction of the
+# least squares, a cost the observations do not bind, must not run off to the model's bound of an hour).
+CEILING = math.log(60.0)
 MAX_ITERATIONS = 40
 # Requests simulated per observation while fitting: enough for stable P95s of a closed loop at a few
 # users (the simulation is deterministic; more only smooths the percentiles).
@@ -177,14 +180,14 @@ def fit_step_costs(observations: list[ServingObservation] | tuple[ServingObserva
 
     def simulated(theta: np.ndarray) -> np.ndarray:
         config = SimConfig(costs=_costs(base, theta, source), limits=limits)
-        out = []
+        out: list[float] = []
         for o in obs:
             result = simulate(config, o.arrivals(requests=max(o.requests, FIT_REQUESTS)))
             out.extend(max(predicted(result, m), 1e-12) for m in metrics)
         return np.array(out)
 
     def residuals(theta: np.ndarray) -> np.ndarray:
-        r = np.log(simulated(theta) / measured)
+        r: np.ndarray = np.log(simulated(theta) / measured)
         if anchor is not None:
             r = np.concatenate([r, PRIOR_WEIGHT * (theta - anchor)])
         return r
@@ -213,7 +216,8 @@ def fit_step_costs(observations: list[ServingObservation] | tuple[ServingObserva
 
 def _levenberg_marquardt(residuals: Callable[[np.ndarray], np.ndarray], theta: np.ndarray,
                          floor: float) -> tuple[float, np.ndarray, int]:
-    """Minimise |residuals(theta)|² from `theta` (each coordinate kept ≥ floor); (cost, theta, iterations)."""
+    """Minimise |residuals(theta)|² from `theta` (each coordinate kept in floor … CEILING); (cost, theta,
+    iterations)."""
     lam = 1e-2
     r = residuals(theta)
     cost = float(r @ r)
@@ -228,7 +232,7 @@ def _levenberg_marquardt(residuals: Callable[[np.ndarray], np.ndarray], theta: n
         normal = jac.T @ jac
         while lam < 1e8:
             delta = np.linalg.solve(normal + lam * np.diag(np.diag(normal) + 1e-9), -jac.T @ r)
-            candidate = np.maximum(theta + delta, floor)
+            candidate = np.clip(theta + delta, floor, CEILING)
             rc = residuals(candidate)
             cc = float(rc @ rc)
             if cc < cost:
