@@ -122,3 +122,12 @@ def test_pick_simulates_with_the_calibrated_step_costs() -> None:
     assert plain.costs_source.startswith("estimate") and not plain.misses
     assert fitted.costs_source.startswith("calibrated from 1 load result")
     assert any("TTFT" in miss for miss in fitted.misses)
+
+
+def test_estimate_and_pick_name_a_gpu_whose_step_costs_are_calibrated() -> None:
+    from gpuscout.report.calibration import calibration_lines
+
+    cal = Calibration(serving=(serving({"weights_s": 1.1}),))
+    assert calibration_lines(cal, [H100.sku, A100.sku]) == [
+        "h100-sxm5-80gb: serving step costs calibrated from 1 load result on NVIDIA H100 80GB HBM3, 2026-12-01 "
+        "(llama-3-8b)"]
