@@ -23,7 +23,7 @@ from gpuscout.estimator.serving.simulate import simulate
 from gpuscout.estimator.speed.serve import estimate_inference_speed
 from gpuscout.hardware.catalog import find_gpu
 from gpuscout.hardware.price_sheet import load_price_sheet
-from gpuscout.report.pick import default_pick, explain_screen
+from gpuscout.report.pick import default_pick, explain_screen, pick_table
 from gpuscout.workload.job import InferenceJob, Slo
 from gpuscout.workload.presets import load_llm_preset
 
@@ -115,6 +115,10 @@ def test_the_screens_say_where_the_verdict_came_from() -> None:
     assert max(len(line) for line in text.splitlines()) <= 80
     console.print(explain_screen(result, OFFER))
     assert "SLO verdict: simulated" in console.export_text()
+    wide = Console(width=160, record=True)
+    wide.print(pick_table(result, wide=True))
+    table = " ".join(wide.export_text().split())
+    assert "yes (sim)" in table and "(sim) simulated at the job's load" in table
 
 
 def test_the_slow_end_is_what_the_verdict_is_judged_at() -> None:

@@ -70,11 +70,11 @@ def simulate_layout(timed: InferenceJob, placed: InferenceJob, model: object, gp
     """The job simulated on `replicas` replicas of `placed` (its tensor-parallel group) on `gpu`, or why
     it cannot be: the step costs are of `timed` (the job as the speed model times it), the engine's
     limits and KV blocks of `placed` (a plan's fp8 KV cache holds more)."""
-    if not isinstance(model, ModelShape):
-        return "the model is not one language model the simulator can time"
     why = simulable(placed)
     if why is not None:
         return why
+    if not isinstance(model, ModelShape):
+        return "the model is not one language model the simulator can time"
     try:
         limits = engine_limits(placed, model, gpu)
         expected = SimConfig(costs=step_costs(timed, model, gpu), limits=limits, tensor_parallel=placed.tensor_parallel)
