@@ -121,7 +121,7 @@ def main() -> int:
     rows = []
     for o in observed:
         sim = predict(fit.costs, limits, o, requests=SIM_REQUESTS)
-        level_noise = noise.get(o.label, {})
+        level_noise = noise.get(o.source.rsplit(": ", 1)[-1], {})  # keyed by the load case's name
         for metric in METRICS:
             p, m = predicted(sim, metric), o.measured(metric)
             rows.append({"level": o.label, "calibration": o in calibration, "metric": metric, "predicted": p,
