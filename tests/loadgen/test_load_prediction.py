@@ -196,3 +196,26 @@ def test_a_rate_and_a_trace_replay_are_simulated_as_sent(fake_server: Server, jo
                                     seed=replay.result.fixed.seed))
     assert level.ttft_p50_s == pytest.approx(sim.ttft_s.p50, rel=1e-9)
     assert level.output_tokens_per_s == pytest.approx(sim.output_tokens_per_s, rel=1e-9)
+
+
+def test_an_interrupted_run_says_it_was_not_predicted(fake_server: Server, job_file: Path) -> None:
+    """Ctrl-C during the second level: what finished is kept, and no prediction is run while the user waits
+    for the stop; the result says so."""
+    from collections.abc import Iterator
+    from contextlib import contextmanager
+
+    levels: list[object] = []
+
+    @contextmanager
+    def progress(shape: object) -> Iterator[None]:
+        levels.append(shape)
+        if len(levels) == 2:
+            raise KeyboardInterrupt
+        yield None
+
+    with fake_server(ttft_s=0.002, token_delay_s=0.001) as srv:
+        report = api.load(plan(srv.url, concurrency=None, sweep=(1.0, 2.0)), job=job_file, use_calibration=False,
+                          progress=progress)  # type: ignore[arg-type]
+    assert report.interrupted and len(report.result.cases) == 1
+    assert report.result.prediction is not None
+    assert report.result.prediction.unavailable == "no prediction: the run was interrupted"
