@@ -1,12 +1,18 @@
 """The serving simulator against a real continuous-batching engine: `transformers serve` on CPU.
 
 The test starts the engine on a tiny Llama (hf_engine.py: why this engine), measures it with `gpuscout
-load` (the CLI, as a user runs it) at 1, 2 and 16 users, each level run twice, interleaved, fits the
-step costs on 1 and 2 users only, and simulates 16 users with the engine's own limits (its token budget
-of 256 a step: 16 prompts of 32 tokens take two steps, and every decode step carries 16 requests). The
-prediction must lie within the noise of the same run:
-the fit's own residual plus three times how far the two runs of that level lie apart. Never a fixed
-tolerance: the machine is shared and its speed drifts.
+load` (the CLI, as a user runs it) at 1, 4 and 16 users, each level run twice, interleaved, fits the
+step costs on 1 and 4 users only, and simulates 16 users with the engine's own limits (its token budget
+of 256 a step: 16 prompts of 32 tokens take two steps, and every decode step carries 16 requests).
+
+Why 1 and 4, not 1 and 2: this engine's step grows with every sequence it streams (host time per
+sequence, validation/serving_sim_engine.md), which 1 and 2 users barely show; fitted on them, 16
+users' throughput came out 54% high (log error +0.43 against a run spread of 0.01: a real miss, not
+noise).
+
+The prediction must lie within the noise of the same run: in log(predicted / measured), the fit's own
+residual plus twice how far the two runs of that level lie apart. Never a fixed tolerance: the machine
+is shared and its speed drifts.
 
 The check can fail: the test also holds the no-queueing answer (16 users get the TTFT one user got,
 what a single-request estimate says) to the same tolerance and requires it to miss. When the run is
@@ -18,6 +24,7 @@ transformers' server imports, beside the `bench` extra's transformers and torch)
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -39,9 +46,9 @@ PROMPT, OUTPUT, REQUESTS, RUNS = 32, 16, 20, 2
 CHECKED = ("ttft_p95_s", "output_tokens_per_s")
 
 
-def _spread(result_metric_runs: list[float]) -> float:
-    mean = sum(result_metric_runs) / len(result_metric_runs)
-    return (max(result_metric_runs) - min(result_metric_runs)) / mean if mean > 0 else 0.0
+def _log_spread(figures: list[float]) -> float:
+    """ln(max / min) of one figure over the runs of a level: how far the same measurement moved."""
+    return math.log(max(figures) / min(figures)) if min(figures) > 0 else math.inf
 
 
 def test_simulator_predicts_queueing_on_a_real_engine(tmp_path: Path) -> None:
@@ -52,7 +59,7 @@ def test_simulator_predicts_queueing_on_a_real_engine(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     try:
         with start_engine(model, settings, log) as base:
-            result = load_result(run_load(base, model, tmp_path / "load.json", levels="1,2,16", requests=REQUESTS,
+            result = load_result(run_load(base, model, tmp_path / "load.json", levels="1,4,16", requests=REQUESTS,
                                           prompt_tokens=PROMPT, output_tokens=OUTPUT, runs=RUNS))
     except RuntimeError as e:
         pytest.fail(f"{e}\nserver log:\n{tail(log)}")
@@ -61,8 +68,8 @@ def test_simulator_predicts_queueing_on_a_real_engine(tmp_path: Path) -> None:
     from gpuscout.stats import percentile
 
     observed = {o.concurrency: o for o in serving_observations(result)}
-    assert set(observed) == {1, 2, 16}, [c.notes for c in result.cases]
-    fit = fit_step_costs([observed[1], observed[2]], None, limits=limits)
+    assert set(observed) == {1, 4, 16}, [c.notes for c in result.cases]
+    fit = fit_step_costs([observed[1], observed[4]], None, limits=limits)
     high = observed[16]
     sim = predict(fit.costs, limits, high, requests=2000)
 
@@ -70,23 +77,22 @@ def test_simulator_predicts_queueing_on_a_real_engine(tmp_path: Path) -> None:
     metrics = {m.name: m for m in case.metrics}
     assert len(metrics["ttft_s"].runs) == RUNS
     ttft = metrics.get("ttft_from_intended_s") or metrics["ttft_s"]
-    noise = {"ttft_p95_s": _spread([percentile(list(r.samples), 95) for r in ttft.runs]),
-             "output_tokens_per_s": _spread([sum(r.samples) / len(r.samples)
-                                             for r in metrics["output_tokens_per_s"].runs])}
-    report = []
-    for metric in CHECKED:
-        tolerance = fit.rms_log_error + 3 * noise[metric]
-        error = predicted(sim, metric) / high.measured(metric) - 1
-        report.append(f"{metric}: predicted {predicted(sim, metric):.4g}, measured {high.measured(metric):.4g}, "
-                      f"error {error:+.0%}, tolerance ±{tolerance:.0%} (fit {fit.rms_log_error:.0%}, run spread "
-                      f"{noise[metric]:.0%})")
+    noise = {"ttft_p95_s": _log_spread([percentile(list(r.samples), 95) for r in ttft.runs]),
+             "output_tokens_per_s": _log_spread([sum(r.samples) / len(r.samples)
+                                                 for r in metrics["output_tokens_per_s"].runs])}
+    # Errors and tolerances in log(predicted / measured), symmetric for over- and under-prediction: the
+    # fit's own residual on the calibration levels plus twice the spread of the runs (two runs' range
+    # is about 1.1 standard deviations of one run's figure).
+    tolerance = {m: fit.rms_log_error + 2 * noise[m] for m in CHECKED}
+    error = {m: math.log(predicted(sim, m) / high.measured(m)) for m in CHECKED}
+    report = [f"{m}: predicted {predicted(sim, m):.4g}, measured {high.measured(m):.4g}, log error {error[m]:+.2f}, "
+              f"tolerance ±{tolerance[m]:.2f} (fit {fit.rms_log_error:.2f}, run spread {noise[m]:.2f})"
+              for m in CHECKED]
     # The control: what a single-request estimate says of 16 users (TTFT as one user alone saw it).
-    control_error = observed[1].ttft_p95_s / high.ttft_p95_s - 1
-    ttft_tolerance = fit.rms_log_error + 3 * noise["ttft_p95_s"]
-    if abs(control_error) <= ttft_tolerance:
-        pytest.skip(f"too noisy to tell queueing from none: the no-queueing TTFT P95 misses by {control_error:+.0%}, "
-                    f"inside the tolerance ±{ttft_tolerance:.0%}; " + "; ".join(report))
+    control = math.log(observed[1].ttft_p95_s / high.ttft_p95_s)
+    if abs(control) <= tolerance["ttft_p95_s"]:
+        pytest.skip(f"too noisy to tell queueing from none: the no-queueing TTFT P95 has log error {control:+.2f}, "
+                    f"inside the tolerance ±{tolerance['ttft_p95_s']:.2f}; " + "; ".join(report))
     print("\n".join(report))  # shown with `pytest -s`: the numbers behind a pass
-    for metric in CHECKED:
-        tolerance = fit.rms_log_error + 3 * noise[metric]
-        assert abs(predicted(sim, metric) / high.measured(metric) - 1) <= tolerance, "\n".join(report)
+    for m in CHECKED:
+        assert abs(error[m]) <= tolerance[m], "\n".join(report)
