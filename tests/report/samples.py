@@ -14,7 +14,15 @@ from pathlib import Path
 from gpuscout import api
 from gpuscout.cost.load_cost import LoadCost, price_load
 from gpuscout.loadgen.search import SearchResult, SearchStep
-from gpuscout.results.schema import BenchResult, Case, Fingerprint, FixedVariables, Metric
+from gpuscout.results.schema import (
+    BenchResult,
+    Case,
+    Fingerprint,
+    FixedVariables,
+    LoadPrediction,
+    Metric,
+    PredictedLevel,
+)
 from gpuscout.workload.job import Slo
 from results import A100, BASE_TPS, bench_result, failed_case, metric, runs_case
 
@@ -124,6 +132,25 @@ def load_demo() -> tuple[BenchResult, tuple[LoadCost, ...], SearchResult]:
                                  SearchStep(level=4, passed=False, reasons=("P95 ttft_s 0.188 s > 0.15 s",),
                                             case=high)))
     return result, tuple(price_load(c, 2.5) for c in result.cases), search
+
+
+def load_predicted() -> tuple[BenchResult, SearchResult]:
+    """The demo load with the serving simulator's prediction of both levels beside it (no chunk gaps measured:
+    ITL errors n/a), and the simulated SLO search beside the measured one."""
+    result, _, search = load_demo()
+    prediction = LoadPrediction(
+        gpu="h100-sxm5-80gb", gpus=1, job={"kind": "inference", "model": "llama-3-8b"},
+        costs_source="estimate: h100-sxm5-80gb × 1 (speed model: compute 0.7, bandwidth 0.6, link 0.4)",
+        levels=(PredictedLevel(case="concurrency 1", arrivals="concurrency 1, 20 requests, 512 → 64 tokens",
+                               prompt_tokens=512, output_tokens=64, ttft_p50_s=0.072, ttft_p95_s=0.081,
+                               itl_p50_s=0.0081, itl_p95_s=0.0083, tpot_p50_s=0.0081, tpot_p95_s=0.0083,
+                               output_tokens_per_s=104, requests_per_s=1.62),
+                PredictedLevel(case="concurrency 4", arrivals="concurrency 4, 20 requests, 512 → 64 tokens",
+                               prompt_tokens=512, output_tokens=64, ttft_p50_s=0.21, ttft_p95_s=0.33,
+                               itl_p50_s=0.0092, itl_p95_s=0.011, tpot_p50_s=0.0093, tpot_p95_s=0.0099,
+                               output_tokens_per_s=420, requests_per_s=6.5)),
+        search_level=2, search_note="simulated at 512 → 64 tokens; past it: P95 TTFT 0.19 s > 0.15 s")
+    return result.model_copy(update={"prediction": prediction}), search
 
 
 def _load_case(level: int, *, ttft_ms: float, tpot_ms: float, rps: float, tps: float, errors: int) -> Case:

@@ -76,6 +76,8 @@ SCREENS: dict[str, Callable[[], RenderableType]] = {
     "bench": lambda: bench_screen(samples.bench_demo(), None, Path("results/demo-h100.json")),
     "load": _load,
     "load-rates": lambda: _load_rates(),
+    "load-predicted": lambda: load_screen(samples.load_predicted()[0], output=None, costs=(),
+                                          search=samples.load_predicted()[1]),
     "cost": _cost,
     "offers-list": _offers_list,
     "pick-wide": lambda: _pick(wide=True),  # wide keeps the default's layout: it reads at 80 columns too

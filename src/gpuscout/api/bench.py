@@ -16,7 +16,7 @@ from gpuscout.workload.job import InferenceJob
 if TYPE_CHECKING:
     from gpuscout.cost.billing import CostOptions
     from gpuscout.cost.measured import MeasuredCost
-    from gpuscout.estimator.calibration import Calibration, Observation
+    from gpuscout.estimator.calibration import Calibration, Observation, ServingEntry
     from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate
     from gpuscout.measure.harness import BenchSettings
     from gpuscout.measure.progress import StepProgress
@@ -152,33 +152,45 @@ class CalibrateReport:
     added: tuple[Observation, ...]  # the observations these results gave
     skipped: tuple[str, ...] = ()  # results and cases that could not be used, and why
     output: Path | None = None
+    serving: tuple[ServingEntry, ...] = ()  # the serving entries these load results gave
 
 
 def calibrate(results: Sequence[str | Path], *, output: str | Path | None = None,
               write: bool = True) -> CalibrateReport:
-    """Fit efficiency factors per GPU and phase to bench results and merge them into the calibration
+    """Fit efficiency factors per GPU and phase to bench results, and the serving simulator's step costs per
+    GPU to load results (run with the served job and the server's GPU), and merge them into the calibration
     file (`output`, else the user's config folder), refitting over the old and new observations."""
     from gpuscout.errors import SpecError
     from gpuscout.estimator.calibration import (
         default_calibration_path,
         load_calibration,
         merge_calibration,
+        merge_serving,
         save_calibration,
     )
     from gpuscout.results.calibration_inputs import read_observations
+    from gpuscout.results.serving_calibration import read_serving_entries
 
     if not results:
         raise SpecError("calibrate needs at least one result file.",
-                        "It fits the speed model to times measured on your GPU, which bench results hold.",
+                        "It fits the speed model to times measured on your GPU, which bench results hold, and the "
+                        "serving simulator to load results.",
                         "Pass bench results, e.g. gpuscout calibrate run1.json run2.json "
-                        "(write them with gpuscout bench JOB.toml -o run1.json on the GPU).")
+                        "(write them with gpuscout bench JOB.toml -o run1.json on the GPU), or load results "
+                        "(gpuscout load URL --model M --job SPEC.toml --server-gpu GPU -o load.json).")
     path = Path(output) if output is not None else default_calibration_path()
     if write:
         checked_output(path, "calibration file")
     old = load_calibration(path) if path.is_file() else None
-    added, skipped = read_observations([Path(r) for r in results])
-    merged = merge_calibration(old, added)
+    serving, bench_paths, serving_skipped = read_serving_entries([Path(r) for r in results])
+    added, skipped = read_observations(bench_paths, required=False)
+    if not added and not serving:
+        raise SpecError("None of the results holds a measured phase time or a load to calibrate from.",
+                        "; ".join([*serving_skipped, *skipped]) or "No case of theirs finished.",
+                        "Pass bench results (gpuscout bench JOB.toml -o FILE on the GPU) with finished cases, or "
+                        "load results run with --job SPEC.toml --server-gpu GPU.")
+    merged = merge_calibration(old, added).model_copy(update={"serving": merge_serving(old, serving)})
     if write:
         save_calibration(merged, path)
-    return CalibrateReport(calibration=merged, added=tuple(added), skipped=tuple(skipped),
-                           output=path if write else None)
+    return CalibrateReport(calibration=merged, added=tuple(added), skipped=tuple(serving_skipped) + tuple(skipped),
+                           output=path if write else None, serving=tuple(serving))

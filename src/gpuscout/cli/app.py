@@ -19,7 +19,17 @@ import typer
 from gpuscout.cli.doctor import doctor
 from gpuscout.cli.load import load as load_command
 from gpuscout.cli.offers import offers_app
-from gpuscout.cli.options import BillingOption, JsonFlag, OutputOption, RegionOption, RunsOption, WideFlag
+from gpuscout.cli.options import (
+    BillingOption,
+    CalibrationOption,
+    JsonFlag,
+    NoCalibrationFlag,
+    OutputOption,
+    RegionOption,
+    RunsOption,
+    WideFlag,
+    one_calibration_choice,
+)
 from gpuscout.cli.output import console, emit, worded
 from gpuscout.cli.report import report
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record, results_app
@@ -62,10 +72,6 @@ KeepStoppedOption = Annotated[float, typer.Option(
 MarginOption = Annotated[float | None, typer.Option(
     "--margin", metavar="PCT", help="Headroom to demand, % of the estimated peak, in place of the validated "
     "error band (fits / tight / does not fit).")]
-CalibrationOption = Annotated[Path | None, typer.Option(
-    "--calibration", help="Calibration file (gpuscout calibrate); default: the one in your config folder, if any.")]
-NoCalibrationFlag = Annotated[bool, typer.Option(
-    "--no-calibration", help="Ignore any calibration: the default efficiency factors.")]
 JobArg = Annotated[str | None, typer.Argument(
     metavar="JOB", help="Job spec (TOML path) or a shipped example's name; without it, the built-in default job.")]
 
@@ -136,7 +142,7 @@ def estimate(
     from gpuscout.report.estimate import estimate_screen
     from gpuscout.report.payload import estimate_payload
 
-    _one_calibration_choice(calibration, no_calibration)
+    one_calibration_choice(calibration, no_calibration)
     with stdio() as io:
         job = io.read_job(job)
         report = api.estimate(job, gpus=gpu or (), trace=trace, trace_layers=layers, calibration=calibration,
@@ -208,7 +214,7 @@ def pick(
     from gpuscout.report.payload import pick_payload
     from gpuscout.report.pick import explain_screen, pick_screen
 
-    _one_calibration_choice(calibration, no_calibration)
+    one_calibration_choice(calibration, no_calibration)
     with stdio() as io:
         job = io.read_job(job)
         load = io.read_all(load or [], ".json", "--load")
@@ -241,14 +247,6 @@ def _exit_with(code: int) -> None:
     """End the command with `code` (docs/design.md §4, the exit-code table) when it is not 0."""
     if code:
         raise typer.Exit(code)
-
-
-def _one_calibration_choice(calibration: Path | None, no_calibration: bool) -> None:
-    if calibration is not None and no_calibration:
-        from gpuscout.errors import SpecError
-
-        raise SpecError("--calibration and --no-calibration were both given.",
-                        "One says which calibration to use, the other to use none.", "Pass one of them.")
 
 
 @app.command()
@@ -419,8 +417,8 @@ def compare(
 
 @app.command()
 def calibrate(
-    results: Annotated[list[Path] | None, typer.Argument(metavar="RESULT.json...", help="Bench results measured "
-                                                         "on catalog GPUs.")] = None,
+    results: Annotated[list[Path] | None, typer.Argument(metavar="RESULT.json...", help="Bench (or load) results "
+                                                         "measured on catalog GPUs.")] = None,
     output: Annotated[Path | None, typer.Option("--output", "-o", "--calibration",
                                                 help="Calibration file to merge into and write (- for stdout); "
                                                      "default: gpuscout/calibration.toml in your config folder.")] \
@@ -431,7 +429,8 @@ def calibrate(
 
     Each result's job is re-estimated on its GPU; the measured phase times (training step, TTFT,
     TPOT, denoiser step) over the estimated ones give a time multiplier and a band per GPU and
-    phase. The file is merged with what it already holds; estimate and pick then use it.
+    phase. Load results run with --job and --server-gpu fit the serving simulator's step costs on
+    that GPU. The file is merged with what it already holds; estimate, pick and load then use it.
     """
     from gpuscout import api
     from gpuscout.report.calibration import calibrate_payload, calibrate_screen
@@ -442,7 +441,8 @@ def calibrate(
         report = api.calibrate(io.read_all(results or [], ".json", "a result"), output=output)
         emit_beside(io, lambda: calibrate_payload(report.calibration, report.skipped, report.output),
                     lambda: calibrate_screen(report.calibration, added=len(report.added), skipped=report.skipped,
-                                             output=None if io.to_stdout else report.output), as_json)
+                                             output=None if io.to_stdout else report.output,
+                                             serving_added=len(report.serving)), as_json)
 
 
 app.command(name="load")(load_command)  # the command lives in cli/load.py (many options of its own)

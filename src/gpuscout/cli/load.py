@@ -13,7 +13,17 @@ from typing import Annotated, Any
 
 import typer
 
-from gpuscout.cli.options import BillingOption, JsonFlag, OutputOption, RegionOption, RunsOption, WideFlag
+from gpuscout.cli.options import (
+    BillingOption,
+    CalibrationOption,
+    JsonFlag,
+    NoCalibrationFlag,
+    OutputOption,
+    RegionOption,
+    RunsOption,
+    WideFlag,
+    one_calibration_choice,
+)
 from gpuscout.cli.results import NoStoreFlag, StoreOption, record
 from gpuscout.cli.stdio import emit_beside, no_json_with_stdout, stdio
 from gpuscout.report.escape import screen_console
@@ -75,6 +85,11 @@ def load(
     offers: Annotated[Path | None, typer.Option("--offers", help="Price sheet to take --offer from.")] = None,
     offer: Annotated[str | None, typer.Option("--offer", help="Offer id of the server machine.")] = None,
     usd_per_hour: Annotated[float | None, typer.Option(help="Server price, USD per hour.")] = None,
+    job: Annotated[str | None, typer.Option("--job", metavar="SPEC", help="The served job (inference job spec or "
+                                            "example name): with --server-gpu or --offer, the serving simulator "
+                                            "predicts every level beside its measurement.")] = None,
+    calibration: CalibrationOption = None,
+    no_calibration: NoCalibrationFlag = False,
     output: OutputOption = None,
     store: StoreOption = None,
     no_store: NoStoreFlag = False,
@@ -95,6 +110,7 @@ def load(
     from gpuscout.units import parse_duration_s
     from gpuscout.workload.job import Slo
 
+    one_calibration_choice(calibration, no_calibration)
     slo = Slo(ttft_p95_s=ttft_p95, tpot_p95_s=tpot_p95, e2e_p95_s=e2e_p95) if (ttft_p95 or tpot_p95 or e2e_p95) \
         else None
     where = api.where_rented(region, billing, offers, offer)
@@ -111,12 +127,13 @@ def load(
                      server_gpu=server_gpu, server_gpus=server_gpus)
     with stdio() as io:  # `-o -`: the result JSON to stdout, the screen to stderr
         _measure(io, plan, output=output, offers=offers, offer=offer, usd_per_hour=usd_per_hour, slo=slo, store=store,
-                 no_store=no_store, wide=wide, as_json=as_json)
+                 no_store=no_store, wide=wide, as_json=as_json, job=job, calibration=calibration,
+                 no_calibration=no_calibration)
 
 
 def _measure(io: Any, plan: Any, *, output: Path | None, offers: Path | None, offer: str | None,
              usd_per_hour: float | None, slo: Any, store: Path | None, no_store: bool, wide: bool,
-             as_json: bool) -> None:
+             as_json: bool, job: str | None, calibration: Path | None, no_calibration: bool) -> None:
     """Run the plan, record it, print it, and end with its exit code (docs/design.md §4)."""
     from gpuscout import api
     from gpuscout.api.exit_codes import measured_exit_code
@@ -128,7 +145,8 @@ def _measure(io: Any, plan: Any, *, output: Path | None, offers: Path | None, of
     no_json_with_stdout(io, as_json)
     report = api.load(plan, output=output, offers=offers, offer=offer, usd_per_hour=usd_per_hour,
                       progress=load_progress if sys.stderr.isatty() else None,
-                      on_replay=lambda span: err.print(replay_notice(span), highlight=False))
+                      on_replay=lambda span: err.print(replay_notice(span), highlight=False),
+                      job=job, calibration=calibration, use_calibration=not no_calibration)
     load_warnings(report.result, err)
     payload = load_payload(report.result, report.costs, report.search, slo)
     if report.result.cases:

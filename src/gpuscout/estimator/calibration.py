@@ -31,10 +31,11 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from gpuscout.errors import SpecError
-from gpuscout.estimator.efficiency import EFFICIENCY_KINDS, Efficiency, calibrated, default_efficiency
+from gpuscout.estimator.efficiency import EFFICIENCY_KINDS, Efficiency, active_source, calibrated, default_efficiency
+from gpuscout.estimator.serving.model import StepCosts
 from gpuscout.frozen import Frozen
 from gpuscout.hardware.catalog import Gpu, lookup_gpu
 from gpuscout.results.schema import TPOT_S, TTFT_S
@@ -118,6 +119,7 @@ class Calibration(Frozen):
     version: int = CALIBRATION_VERSION
     entries: tuple[CalibrationEntry, ...] = ()
     observations: tuple[ObservationRecord, ...] = ()
+    serving: tuple[ServingEntry, ...] = ()  # step-cost factors of the serving simulator, from load results
 
     def entry(self, gpu_sku: str, phase: str) -> CalibrationEntry | None:
         return next((e for e in self.entries if e.gpu_sku == gpu_sku and e.phase == phase), None)
@@ -130,6 +132,27 @@ class Calibration(Frozen):
 
     def gpus(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(e.gpu_sku for e in self.entries))
+
+    def serving_factors(self, gpu_sku: str) -> ServingFactors | None:
+        """The step-cost calibration of one GPU: per term, the geometric mean over its serving entries (each a
+        load result fitted on its own model); None where no load result on this GPU was calibrated."""
+        found = [e for e in self.serving if e.gpu_sku == gpu_sku]
+        if not found:
+            return None
+        combined: list[dict[str, float]] = [{}, {}]
+        for kind, values in zip(("factors", "seconds"), combined, strict=True):
+            for term in SERVING_TERMS:
+                seen = [getattr(e, kind)[term] for e in found if term in getattr(e, kind)]
+                if len(seen) == 1:
+                    values[term] = seen[0]
+                elif seen:  # a host term of 0 s (none measured) is averaged plainly
+                    values[term] = (math.exp(statistics.fmean(math.log(v) for v in seen)) if min(seen) > 0
+                                    else statistics.fmean(seen))
+        machines = ", ".join(dict.fromkeys(e.machine for e in found if e.machine)) or gpu_sku
+        last = max(e.date for e in found).isoformat()
+        note = (f"calibrated from {len(found)} load result{'s' if len(found) != 1 else ''} on {machines}, {last} "
+                f"({', '.join(dict.fromkeys(e.model for e in found))})")
+        return ServingFactors(gpu_sku=gpu_sku, factors=combined[0], seconds=combined[1], note=note)
 
 
 class ObservationRecord(Frozen):
@@ -153,6 +176,86 @@ class ObservationRecord(Frozen):
 
     def observation(self) -> Observation:
         return Observation(**self.model_dump())
+
+
+# ---------------------------------------------------------------- the serving simulator's step costs --------
+
+# The terms of the serving simulator's per-step cost (`estimator.serving.model.StepCosts`) a load result can
+# calibrate. Device terms (weights, KV, FLOPs, links) scale with the model, so a fit is kept as a factor over
+# the speed model's estimate (fitted / estimated), which carries over to another model on the same GPU. Host
+# terms (a step's fixed overhead: scheduling, launches, sampling; a request's HTTP, tokenising, streaming; a
+# sequence's per-step sampling and streaming) do not grow with the model, and the estimate of the step
+# overhead is 0 with CUDA graphs: they are kept as fitted seconds. A term the fit left alone keeps the estimate.
+SERVING_TERMS = ("overhead_s", "weights_s", "expert_weights_s", "kv_read_s_per_token", "compute_s_per_token",
+                 "attention_s_per_pair", "comm_s_per_token", "request_overhead_s", "seq_s")
+# seq_s (host time per sequence a step: sampling, detokenizing, streaming) is 0 in the estimate too.
+HOST_TERMS = ("overhead_s", "request_overhead_s", "seq_s")
+MAX_HOST_S = 3600.0  # the simulator's own bound on one step's cost (estimator.serving.model.MAX_STEP_S)
+
+
+class ServingEntry(Frozen):
+    """One load result's fit of the simulator's step costs on one GPU: device terms as factors over the speed
+    model's estimate of the same served job, host terms in seconds."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    gpu_sku: str = Field(min_length=1, max_length=255)
+    model: str = Field(min_length=1, max_length=500)  # the served model the load result measured
+    factors: dict[str, float] = Field(default_factory=dict)  # device term → fitted / estimated
+    seconds: dict[str, float] = Field(default_factory=dict)  # host term → fitted seconds
+    points: int = Field(ge=1)  # load levels the fit used
+    residuals: dict[str, float] = Field(default_factory=dict)  # metric → RMS of log(simulated / measured)
+    machine: str = Field("", max_length=500)
+    date: date
+    source: str = Field(max_length=200)  # "sha256:<hex>" of the load result
+    gpuscout_version: str = Field("", max_length=100)
+
+    @model_validator(mode="after")
+    def _known_terms(self) -> ServingEntry:
+        for term, factor in self.factors.items():
+            if term not in SERVING_TERMS or term in HOST_TERMS:
+                raise ValueError(f"unknown step-cost factor {term!r}; the factors are "
+                                 f"{', '.join(t for t in SERVING_TERMS if t not in HOST_TERMS)}")
+            if not 1 / MAX_FACTOR < factor < MAX_FACTOR:
+                raise ValueError(f"factor {term} = {factor!r} is outside {1 / MAX_FACTOR:g} to {MAX_FACTOR:g}")
+        for term, value in self.seconds.items():
+            if term not in HOST_TERMS:
+                raise ValueError(f"unknown host term {term!r}; the host terms are {', '.join(HOST_TERMS)}")
+            if not 0 <= value <= MAX_HOST_S:
+                raise ValueError(f"{term} = {value!r} s is outside 0 to {MAX_HOST_S:g} s")
+        return self
+
+
+@dataclass(frozen=True)
+class ServingFactors:
+    """One GPU's step-cost calibration, combined over its serving entries, and a line saying where it came from."""
+
+    gpu_sku: str
+    factors: dict[str, float]  # device term → multiplier
+    note: str
+    seconds: dict[str, float] = field(default_factory=dict)  # host term → seconds
+
+    def apply(self, costs: StepCosts) -> StepCosts:
+        """`costs` with each device term multiplied by its factor, each host term replaced by its seconds, and
+        the source saying so."""
+        update: dict[str, Any] = {t: getattr(costs, t) * f for t, f in self.factors.items()}
+        update |= self.seconds
+        update["source"] = f"{self.note} | {costs.source}"[:500]
+        return StepCosts.model_validate(costs.model_dump() | update)  # validated: a factor keeps the bounds
+
+
+def active_serving_factors(gpu_sku: str) -> ServingFactors | None:
+    """The step-cost factors of `gpu_sku` in the calibration in force (`efficiency.calibrated`), if any."""
+    source = active_source()
+    return source.serving_factors(gpu_sku) if isinstance(source, Calibration) else None
+
+
+def merge_serving(old: Calibration | None, new: Iterable[ServingEntry]) -> tuple[ServingEntry, ...]:
+    """The old file's serving entries and the new ones; a re-read load result replaces its twin."""
+    by_key: dict[tuple[str, str, str], ServingEntry] = {}
+    for entry in (*(old.serving if old is not None else ()), *new):
+        by_key[(entry.source, entry.gpu_sku, entry.model)] = entry
+    return tuple(sorted(by_key.values(), key=lambda e: (e.gpu_sku, e.model, e.date)))
 
 
 Calibration.model_rebuild()
@@ -305,7 +408,8 @@ def load_calibration(path: Path) -> Calibration:
         raise SpecError(f"{path} is calibration version {version}; this gpuscout reads version "
                         f"{CALIBRATION_VERSION}.", "It was written by a newer gpuscout.",
                         "Upgrade gpuscout, or pass --no-calibration (or another file with --calibration).")
-    body = {"version": version, "entries": data.get("entry", []), "observations": data.get("observation", [])}
+    body = {"version": version, "entries": data.get("entry", []), "observations": data.get("observation", []),
+            "serving": data.get("serving", [])}
     try:
         calibration = Calibration.model_validate(body)
     except ValidationError as exc:
@@ -336,11 +440,15 @@ def calibration_toml(calibration: Calibration) -> str:
     lines = ["# gpuscout calibration: efficiency factors fitted to your own bench results",
              "# (docs/estimator.md §3.11). Written by `gpuscout calibrate`; rerun it to add results.",
              "# factor = measured / estimated time (geometric mean); calibrated efficiency = default / factor.",
+             *(["# [[serving]]: the serving simulator's step-cost factors (fitted / estimated) from load results",
+                "# (docs/serving_sim.md)."] if calibration.serving else []),
              f"version = {CALIBRATION_VERSION}", ""]
     for entry in calibration.entries:
         lines += ["[[entry]]", *_toml_fields(entry.model_dump()), ""]
     for obs in calibration.observations:
         lines += ["[[observation]]", *_toml_fields(obs.model_dump()), ""]
+    for serving in calibration.serving:  # an older gpuscout reads the file and leaves these out
+        lines += ["[[serving]]", *_toml_fields(serving.model_dump()), ""]
     return "\n".join(lines)
 
 
@@ -357,6 +465,8 @@ def _toml_value(value: Any) -> str:
         return value.isoformat()
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):  # an inline table; its keys quoted, so any name is a valid key
+        return "{ " + ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items()) + " }"
     # A JSON string is a TOML basic string once DEL, which TOML also requires escaped, is.
     return json.dumps(str(value), ensure_ascii=False).replace("\x7f", "\\u007f")
 

@@ -66,6 +66,11 @@ def calibrated(source: EfficiencySource | None) -> Iterator[None]:
         _CALIBRATION.reset(token)
 
 
+def active_source() -> EfficiencySource | None:
+    """The calibration in force (set by `calibrated`), None outside one."""
+    return _CALIBRATION.get()
+
+
 def default_efficiency(gpu: Gpu, kind: str) -> Efficiency:
     """The default factors for `kind` (training, prefill, decode, image, video) on `gpu`, with sources;
     inside `calibrated(...)`, the calibrated ones where the calibration has this GPU and kind."""

@@ -71,6 +71,7 @@ class LoadOutcome:
     result: BenchResult
     search: SearchResult | None = None
     interrupted: bool = False  # Ctrl-C, SIGTERM or SIGHUP ended it; the result holds what finished
+    workload: Workload | None = None  # the prompts the levels sent (their lengths feed the simulator's prediction)
 
 
 def run_plan(plan: LoadPlan, *, output: Path | None = None, progress: ProgressFactory | None = None,
@@ -91,7 +92,7 @@ def run_plan(plan: LoadPlan, *, output: Path | None = None, progress: ProgressFa
         on_replay(span)
     try:
         found = _measure(plan, session)
-        return LoadOutcome(result=session.result(True), search=found)
+        return LoadOutcome(result=session.result(True), search=found, workload=session.workload)
     except KeyboardInterrupt as stop:
         return session.interrupted(stop)
 

@@ -21,6 +21,7 @@ from gpuscout.loadgen.session import ReplaySpan, workload_path
 from gpuscout.report.escape import screen_console
 from gpuscout.report.layout import label_column, number_column, prose_column
 from gpuscout.report.load_detail import detail_tables
+from gpuscout.report.load_prediction import prediction_parts
 from gpuscout.report.numbers import common_unit, duration, in_unit, money, percent, sig
 from gpuscout.results.schema import (
     E2E_S,
@@ -136,6 +137,7 @@ def load_screen(result: BenchResult, *, output: Path | None, costs: Sequence[Loa
                 parts.append(Text(f"{case.name}: {note}", style="yellow" if warn else ""))
     if search is not None:
         parts.append(Text(f"SLO search: {search.message}"))
+    parts += prediction_parts(result, search)
     if costs:
         parts.append(_cost_table(result, costs))
     if not result.complete:

@@ -20,6 +20,7 @@ from gpuscout.hardware.catalog import Gpu
 from gpuscout.hardware.currency import DisplayCurrency, ExchangeRate, from_usd
 from gpuscout.hardware.offers import Offer
 from gpuscout.loadgen.search import SearchResult
+from gpuscout.report.load_prediction import prediction_errors
 from gpuscout.report.unvouched import unvouched_payload
 from gpuscout.results.beside import EstimateBeside
 from gpuscout.results.schema import BenchResult
@@ -96,8 +97,12 @@ def bench_payload(result: BenchResult, beside: EstimateBeside | None) -> dict[st
 def load_payload(result: BenchResult, costs: Sequence[LoadCost], search: SearchResult | None,
                  slo: Slo | None = None) -> dict[str, Any]:
     """The result, its costs and search, and the SLO it was judged against (`gpuscout report` draws its lines):
-    what `-o` writes too (`documents.beside`)."""
-    return {**result.model_dump(mode="json"), **load_beside(result.cases, costs, search, slo)}
+    what `-o` writes too (`documents.beside`); and the simulator's prediction beside the measurement."""
+    payload: dict[str, Any] = {**result.model_dump(mode="json"), **load_beside(result.cases, costs, search, slo)}
+    errors = prediction_errors(result)
+    if errors:  # the simulator's prediction beside the measurement, per level and metric
+        payload["prediction_errors"] = errors
+    return payload
 
 
 def model_payload(shape: Model, weights: dict[str, int],

@@ -31,9 +31,10 @@ def observations_from_result(result: BenchResult, path: Path, *, digest: str,
     A load result, a probe result and cases that failed or ran disturbed are skipped with a reason; a
     GPU the catalog does not know, or a job that cannot be re-estimated, is a SpecError."""
     if result.kind == "load":
-        return Extracted(skipped=(f"{path.name}: skipped: a load result records the client machine, not the "
-                                  "server's GPU, engine or batch settings, so its TTFT/TPOT cannot be re-estimated; "
-                                  "bench the job on that GPU instead",))
+        return Extracted(skipped=(f"{path.name}: skipped for the phase factors: a load result records the client "
+                                  "machine and the whole server, not the job's phases on the GPU, so it calibrates "
+                                  "the serving simulator's step costs instead (a load run with --job and "
+                                  "--server-gpu); bench the job on that GPU for these",))
     if result.kind == "probe" or not result.job:
         return Extracted(skipped=(f"{path.name}: skipped: a probe result measures the machine, not a job",))
     gpu = result_gpu(result, path)
@@ -173,8 +174,9 @@ def file_digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def read_observations(paths: Sequence[Path]) -> tuple[list[Observation], list[str]]:
-    """Every observation the result files give, and what was skipped; none at all is a SpecError."""
+def read_observations(paths: Sequence[Path], *, required: bool = True) -> tuple[list[Observation], list[str]]:
+    """Every observation the result files give, and what was skipped; none at all is a SpecError when
+    `required` (`gpuscout calibrate` asks for none when load results give it serving entries)."""
     from gpuscout.results.store import load_result
     from gpuscout.userfile import MAX_RESULT_BYTES, read_user_bytes
 
@@ -187,7 +189,7 @@ def read_observations(paths: Sequence[Path]) -> tuple[list[Observation], list[st
         found = observations_from_result(result, path, digest=digest, base_dirs=(path.parent, Path.cwd()))
         observations += found.observations
         skipped += found.skipped
-    if not observations:
+    if not observations and required:
         raise SpecError("None of the results holds a measured phase time to calibrate from.",
                         "; ".join(skipped) or "No case of theirs finished.",
                         "Pass bench results (gpuscout bench JOB.toml -o FILE on the GPU) with finished cases.")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from gpuscout.frozen import Frozen
 from gpuscout.stats import Summary
@@ -312,6 +312,49 @@ class DoctorVerdict(Frozen):
     file: str | None = None  # on a bench result: the doctor result it came from
 
 
+# --- The serving simulator's prediction beside a load result (`gpuscout load --job`, docs/serving_sim.md) ---
+
+
+class PredictedLevel(Frozen):
+    """What the serving simulator predicted for one measured load level: the same arrivals (users or rate,
+    requests) at the prompt and output lengths the level measured. A level the simulator could not predict
+    has no numbers and `note` says why, in one line."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    case: str  # the measured case's name
+    arrivals: str = ""  # the simulated arrivals in words, e.g. "concurrency 8, 100 requests, 512 → 128 tokens"
+    prompt_tokens: float | None = Field(None, ge=0)  # mean prompt length the prediction used
+    output_tokens: float | None = Field(None, ge=0)  # mean output length (measured: output tokens/s ÷ req/s)
+    ttft_p50_s: float | None = Field(None, ge=0)
+    ttft_p95_s: float | None = Field(None, ge=0)
+    itl_p50_s: float | None = Field(None, ge=0)
+    itl_p95_s: float | None = Field(None, ge=0)
+    tpot_p50_s: float | None = Field(None, ge=0)
+    tpot_p95_s: float | None = Field(None, ge=0)
+    output_tokens_per_s: float | None = Field(None, ge=0)
+    requests_per_s: float | None = Field(None, ge=0)
+    stable: bool = True  # False: the simulated queue grew without bound (`note` says at what rate)
+    note: str = ""  # why there is no prediction, or what limits it
+
+
+class LoadPrediction(Frozen):
+    """The simulator's prediction of a whole load result, made after the run from what served it: the GPU,
+    the served job (model, weights, engine settings) and the step costs used. `unavailable` says in one
+    line why no prediction was made (no job given, a GPU the catalog does not know …)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+    gpu: str | None = None  # the catalog SKU of the server's GPU
+    gpus: int = Field(1, ge=1)
+    job: dict[str, Any] = Field(default_factory=dict)  # the served job spec as given (to re-simulate later)
+    costs_source: str = ""  # where the step costs came from ("estimate: …" or "calibrated from …")
+    levels: tuple[PredictedLevel, ...] = ()
+    unavailable: str | None = None
+    search_level: float | None = Field(None, gt=0)  # the most load meeting the SLO, by simulation
+    search_note: str = ""  # the simulated search in words, or why it could not run
+
+
 class BenchResult(Frozen):
     schema_version: int = SCHEMA_VERSION
     kind: ResultKind
@@ -325,6 +368,9 @@ class BenchResult(Frozen):
     notes: tuple[str, ...] = ()
     # A doctor result: its verdict. A bench result: the doctor result of the same machine (bench --doctor).
     doctor: DoctorVerdict | None = None
+    # A load result: the serving simulator's prediction beside the measurement (None: not asked for).
+    prediction: LoadPrediction | None = None
+    quiet_defaults: ClassVar[dict[str, Any]] = {"prediction": None}
 
 
 def check_samples(result: BenchResult) -> str:

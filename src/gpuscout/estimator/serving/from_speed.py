@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from gpuscout.errors import SpecError
 from gpuscout.estimator import overhead
-from gpuscout.estimator.efficiency import Efficiency, default_efficiency
+from gpuscout.estimator.calibration import active_serving_factors
+from gpuscout.estimator.efficiency import Efficiency, calibrated, default_efficiency
 from gpuscout.estimator.inference import kv_bytes_per_sequence, kv_capacity_tokens, vllm_max_num_seqs
 from gpuscout.estimator.serving.model import EngineLimits, SimConfig, StepCosts
 from gpuscout.estimator.speed.serve import (
@@ -64,7 +65,22 @@ def simulable(job: InferenceJob) -> str | None:
 
 def step_costs(job: InferenceJob, shape: ModelShape, gpu: Gpu, *, efficiency: Efficiency | None = None,
                slow_end: bool = False) -> StepCosts:
-    """One replica's step costs for `job` at its tensor_parallel on `gpu` (see the module text)."""
+    """One replica's step costs for `job` at its tensor_parallel on `gpu` (see the module text).
+
+    Inside `efficiency.calibrated(calibration)` where the calibration holds step-cost factors for this GPU
+    (fitted to `gpuscout load` results by `gpuscout calibrate`), the costs at the default factors times
+    those: the factors were fitted over the defaults, so the bench-calibrated prefill and decode factors
+    are not applied on top of them. An explicit `efficiency` is used as given.
+    """
+    factors = active_serving_factors(gpu.sku) if efficiency is None else None
+    if factors is not None:
+        with calibrated(None):
+            return factors.apply(_step_costs(job, shape, gpu, efficiency=None, slow_end=slow_end))
+    return _step_costs(job, shape, gpu, efficiency=efficiency, slow_end=slow_end)
+
+
+def _step_costs(job: InferenceJob, shape: ModelShape, gpu: Gpu, *, efficiency: Efficiency | None,
+                slow_end: bool) -> StepCosts:
     tp = job.tensor_parallel
     rates = serving_rates(job, gpu)
     pre = efficiency or default_efficiency(gpu, "prefill")
