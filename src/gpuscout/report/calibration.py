@@ -67,7 +67,7 @@ SERVING_NOTE = ("step costs fitted so the simulator reproduces each load level's
                 "simulated / measured − 1 over the levels, worst metric (docs/serving_sim.md)")
 TERM_NAMES = {"overhead_s": "step", "weights_s": "weights", "expert_weights_s": "experts", "kv_read_s_per_token": "KV",
               "compute_s_per_token": "compute", "attention_s_per_pair": "attention", "comm_s_per_token": "comm",
-              "request_overhead_s": "request"}
+              "request_overhead_s": "request", "seq_s": "per seq"}
 
 
 def serving_table(entries: Iterable[ServingEntry]) -> Table:
