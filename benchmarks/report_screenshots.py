@@ -2,14 +2,16 @@
 
 Run: .venv/bin/python benchmarks/report_screenshots.py [--out validation/report30] [--rows 300]
 
-Makes three reports with the real command and photographs each whole page and each plot:
+Makes four reports with the real command and photographs each whole page and each plot:
 
 1. pick over a large sheet: `gpuscout pick --json` over a synthetic SkyPilot catalog of `--rows`
    offers (benchmarks/pick_speed.py), then the same page sorted by job time and filtered to H100s
    by typing into its table, as a reader would.
-2. load: `gpuscout load` against the test suite's fake OpenAI server (a sweep of concurrency 1–8,
+2. a serving job (Llama-3-70B for 20 users, TTFT P95 under 1 s) over the bundled example sheet: the
+   SLO verdict from the serving simulator, bills with start-up, idle tail and storage lines.
+3. load: `gpuscout load` against the test suite's fake OpenAI server (a sweep of concurrency 1–8,
    priced at $3.60/h, TTFT and TPOT targets), written with `-o` and reported from that file.
-3. compare: an A100 against an H100, three runs each, priced on one offer each (the test samples).
+4. compare: an A100 against an H100, three runs each, priced on one offer each (the test samples).
 
 Needs playwright and /usr/bin/chromium (`make test` installs it). Writes PNGs to `--out`.
 """
@@ -34,6 +36,18 @@ from fake_openai import FakeConfig, serve_in_thread  # noqa: E402
 from pick_speed import synthetic_catalog  # noqa: E402
 
 CHROMIUM = "/usr/bin/chromium"
+SERVING_JOB = """kind = "inference"
+name = "Llama-3-70B, 20 users"
+model = "llama-3.1-70b"
+prompt_tokens = 1024
+output_tokens = 256
+concurrency = 20
+tensor_parallel = 4
+requests = 10_000
+
+[slo]
+ttft_p95_s = 1.0
+"""
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 
 
@@ -60,8 +74,14 @@ def make_reports(folder: Path, rows: int) -> dict[str, Path]:
     samples = folder / "samples"  # the test samples write a pick.json of their own
     samples.mkdir()
     compare = write_all(samples)["compare"]
+    # A serving job over the bundled example sheet: its bills have start-up, idle tail and storage lines
+    # (the stacked bars), and its SLO verdict comes from the serving simulator.
+    serving = folder / "serving.toml"
+    serving.write_text(SERVING_JOB, encoding="utf-8")
+    serving_pick = folder / "serving-pick.json"
+    serving_pick.write_text(gpuscout("pick", str(serving), "--json", "--no-store", cwd=folder))
     pages = {}
-    for name, source in (("pick", pick), ("load", load), ("compare", compare)):
+    for name, source in (("pick", pick), ("serving-pick", serving_pick), ("load", load), ("compare", compare)):
         pages[name] = folder / f"{name}.html"
         gpuscout("report", str(source), "-o", str(pages[name]), "--title", f"gpuscout report: {name}", cwd=folder)
     return pages
