@@ -118,7 +118,7 @@ def test_the_screens_say_where_the_verdict_came_from() -> None:
     wide = Console(width=160, record=True)
     wide.print(pick_table(result, wide=True))
     table = " ".join(wide.export_text().split())
-    assert "yes (sim)" in table and "(sim) simulated at the job's load" in table
+    assert "SLO met (simulated)" in table and "simulated at the job's load (queueing counted)" in table
 
 
 def test_the_slow_end_is_what_the_verdict_is_judged_at() -> None:

@@ -27,10 +27,11 @@ JOB = EXAMPLES / "tiny-finetune.toml"
 RATE = 0.14  # a test value for the filled-in copy, not an observed rate
 
 
-def pick(*args: str, cwd: Path) -> dict[str, Any]:
+def pick(*args: str, cwd: Path, code: int = 0) -> dict[str, Any]:
+    """`pick --json` over a template; `code` 4: every offer unranked (no admissible option, docs/design.md §4.8)."""
     out = subprocess.run([sys.executable, "-m", "gpuscout", "pick", str(JOB), "--no-store", "--json", *args],
                          capture_output=True, text=True, timeout=300, cwd=cwd)  # fmt: skip
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == code, out.stderr
     assert "Traceback" not in out.stderr
     result = json.loads(out.stdout)["pick"]
     assert isinstance(result, dict)
@@ -86,7 +87,8 @@ def test_template_loads_in_pick_and_ranks_only_with_include_placeholders(provide
     sheet = str(EXAMPLES / TEMPLATES[provider])
     ids = [o["id"] for o in tomllib.loads(Path(sheet).read_text(encoding="utf-8"))["offer"]]
     # By the name `gpuscout examples` lists, from a folder without the file: the bundled template.
-    shown = pick("--offers", TEMPLATES[provider].removesuffix(".toml"), "--fx", f"CNY={RATE}", cwd=tmp_path)
+    # As shipped every price is a placeholder: nothing is ranked, and the exit code says so.
+    shown = pick("--offers", TEMPLATES[provider].removesuffix(".toml"), "--fx", f"CNY={RATE}", cwd=tmp_path, code=4)
     assert {r["offer_id"] for r in shown["rows"]} == set(ids)
     assert all(r["placeholder"] and r["excluded"] == "placeholder price: nobody observed it" for r in shown["rows"])
     ranked = pick("--offers", sheet, "--fx", f"CNY={RATE}", "--include-placeholders", cwd=tmp_path)
