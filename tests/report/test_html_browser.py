@@ -14,19 +14,15 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .chromium import CHROMIUM
 from .html_samples import HOSTILE, write_all, write_hostile
 
-CHROMIUM = Path("/usr/bin/chromium")
 SRC = Path(__file__).resolve().parents[2] / "src"
-# Flags that work in a container as root with no display, no GPU and no network.
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 REPORTS = {
     "plan": ("estimate", "pick"),
     "compare": ("compare",),
@@ -54,16 +50,6 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, i
         assert done.returncode == 0, done.stderr
         made[name] = (out, int(json.loads(done.stdout)["plots"]))
     return made
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
-        yield chromium
-        chromium.close()
 
 
 def open_page(browser: Any, path: Path) -> tuple[Any, list[str]]:

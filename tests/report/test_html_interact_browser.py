@@ -14,19 +14,16 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .chromium import CHROMIUM
 from .html_samples import write_all
 
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src"
-CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ENV = {"PATH": "/usr/bin:/bin", "COLUMNS": "120", "PYTHONPATH": str(SRC)}
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (make test installs it)")
@@ -58,16 +55,6 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         made[name] = folder / f"{name}.html"
         gpuscout("report", *map(str, sources), "-o", str(made[name]), cwd=folder)
     return made
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS)
-        yield chromium
-        chromium.close()
 
 
 def open_page(browser: Any, path: Path, *, scripts: bool = True) -> tuple[Any, list[str]]:
