@@ -8,7 +8,7 @@ then simulates every level with the engine's own scheduler limits and prints pre
 TTFT and ITL P50/P95 and output throughput, the error of each, and the noise (how far the runs of the
 same level lie apart, relative), the yardstick an error is read against.
 
-    PYTHONPATH=src python benchmarks/serving_sim_engine.py [--calibrate 1,4] [--levels 1,2,4,8,16]
+    PYTHONPATH=src python benchmarks/serving_sim_engine.py [--calibrate 1,4,8] [--levels 1,2,4,8,16]
         [--rates auto] [--requests 40] [--runs 2] [--prompt 64] [--output 16] [--json FILE]
 
 Needs the `serving` extra (transformers serve's server imports `openai`). Minutes on a 2-core machine.
@@ -43,16 +43,13 @@ from gpuscout.estimator.serving.calibrate import (  # noqa: E402
 )
 from gpuscout.estimator.serving.model import EngineLimits  # noqa: E402
 from gpuscout.results.schema import BenchResult  # noqa: E402
+from gpuscout.results.serving_calibration import FIT_METRICS  # noqa: E402
 from gpuscout.results.serving_observations import serving_observations  # noqa: E402
 from gpuscout.results.store import load_result  # noqa: E402
 from gpuscout.stats import percentile  # noqa: E402
 
 SHORT = {"ttft_p50_s": "TTFT P50", "ttft_p95_s": "TTFT P95", "itl_p50_s": "ITL P50", "itl_p95_s": "ITL P95",
          "output_tokens_per_s": "tok/s"}
-SIM_REQUESTS = 2000  # requests simulated per level: percentiles of the model, not of a small sample
-# The fit matches the central figures (medians, throughput): a shared machine's stalls land in the tails,
-# which a deterministic simulation of the engine alone has no cause for.
-FIT_METRICS = ("ttft_p50_s", "itl_p50_s", "output_tokens_per_s")
 
 
 def limits_of(settings: EngineSettings) -> EngineLimits:
@@ -85,7 +82,9 @@ def run_noise(result: BenchResult) -> dict[str, dict[str, float]]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calibrate", default="1,4", help="concurrencies the step costs are fitted on")
+    ap.add_argument("--calibrate", default="1,4,8",
+                    help="concurrencies the step costs are fitted on (reach half the highest level: the engine's"
+                         " per-sequence host cost is concave, validation/serving_sim_engine.md)")
     ap.add_argument("--levels", default="1,2,4,8,16", help="concurrencies measured (the calibration ones too)")
     ap.add_argument("--rates", default="auto", help="Poisson rates, req/s; auto: 40%% and 75%% of the "
                     "throughput measured at the highest concurrency; none: skip")
@@ -107,6 +106,7 @@ def main() -> int:
         earlier = json.loads(args.source.read_text())
         observed = [ServingObservation.model_validate(o) for o in earlier["observations"]]
         noise = earlier.get("noise", {})
+        args.requests = earlier.get("requests_per_run", args.requests)
     else:
         missing = missing_modules()
         if missing:
@@ -114,13 +114,14 @@ def main() -> int:
             return 2
         observed, noise = measure(settings, args)
         if args.json:  # the measurement first: minutes of it are not lost to a later failure
-            args.json.write_text(json.dumps({"observations": [o.model_dump() for o in observed], "noise": noise},
+            args.json.write_text(json.dumps({"observations": [o.model_dump() for o in observed], "noise": noise,
+                                             "requests_per_run": args.requests},
                                             indent=1))
     calibration = [o for o in observed if o.kind == "concurrency" and float(o.concurrency or 0) in calibrate_on]
     fit = fit_step_costs(calibration, None, limits=limits, metrics=tuple(args.fit_metrics.split(",")))
     rows = []
     for o in observed:
-        sim = predict(fit.costs, limits, o, requests=SIM_REQUESTS)
+        sim = predict(fit.costs, limits, o, requests=args.requests)  # the run as load sent it (seed 0)
         level_noise = noise.get(o.source.rsplit(": ", 1)[-1], {})  # keyed by the load case's name
         for metric in METRICS:
             p, m = predicted(sim, metric), o.measured(metric)
@@ -129,8 +130,8 @@ def main() -> int:
     report(rows, fit, settings, args, time.monotonic() - started)
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "costs": fit.costs.model_dump(), "fit_rms": fit.rms_log_error,
-                                         "observations": [o.model_dump() for o in observed], "noise": noise},
-                                        indent=1))
+                                         "observations": [o.model_dump() for o in observed], "noise": noise,
+                                         "requests_per_run": args.requests}, indent=1))
     return 0
 
 

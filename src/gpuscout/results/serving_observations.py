@@ -77,12 +77,16 @@ def serving_observations(result: BenchResult, *, prompt_tokens: int | None = Non
             continue
         ttft = _quantiles(case, ("ttft_from_intended_s", "ttft_s"))
         itl = _quantiles(case, ("chunk_gap_s",))
-        samples = next((len(m.samples) for m in case.metrics if m.name == "ttft_s"), 0)
+        # Requests a run sent: a level run `--runs N` times pools N runs' samples, and the simulator
+        # replays one run as it was sent (its ramp and drain are in the measured throughput).
+        samples, runs = next(((len(m.samples), max(len(m.runs), 1)) for m in case.metrics if m.name == "ttft_s"),
+                             (0, 1))
         out.append(ServingObservation(
             kind=kind,
             concurrency=int(level) if kind == "concurrency" else None,
             rate_per_s=level if kind != "concurrency" else None,
-            requests=max(samples, 1), prompt_tokens=prompt, output_tokens=output,
+            requests=max(round(samples / runs), 1), seed=result.fixed.seed, prompt_tokens=prompt,
+            output_tokens=output,
             ttft_p50_s=ttft[0], ttft_p95_s=ttft[1], itl_p50_s=itl[0], itl_p95_s=itl[1],
             output_tokens_per_s=_value(case, "output_tokens_per_s"), requests_per_s=_value(case, "requests_per_s"),
             source=f"{result.name}: {case.name}"[:500]))
