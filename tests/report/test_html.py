@@ -190,3 +190,30 @@ def test_without_matplotlib_report_says_how_to_install_it(files: dict[str, Path]
     with pytest.raises(MissingDependencyError, match="needs matplotlib") as err:
         render_report([doc])
     assert "gpuscout[report]" in err.value.fix
+
+
+def test_the_bill_bars_of_an_offer_served_by_several_instances_add_up_to_its_ranked_total() -> None:
+    """Llama-3.1-70B for 20 users at P95 TTFT < 1 s: a replica holds fewer users than the load, so the
+    offer is priced as several instances; its bar is their whole bill (the ranked total), not one's."""
+    from datetime import date
+
+    from gpuscout.cost.pick import pick
+    from gpuscout.hardware.price_sheet import load_price_sheet
+    from gpuscout.report.payload import pick_payload
+    from gpuscout.workload.job import InferenceJob, Slo
+    from gpuscout.workload.presets import load_llm_preset
+
+    sheet = Path(__file__).parent.parent.parent / "src" / "gpuscout" / "examples" / "prices.example.toml"
+    job = InferenceJob.model_validate({"kind": "inference", "name": "70B, 20 users", "model": "llama-3.1-70b",
+                                       "prompt_tokens": 1024, "output_tokens": 256, "concurrency": 20,
+                                       "requests": 10_000, "slo": Slo(ttft_p95_s=1.0)})
+    offers = [o for o in load_price_sheet(sheet).offers if o.id == "lambda-h100-sxm-8x"]
+    result = pick(job, load_llm_preset("llama-3.1-70b"), offers, today=date(2026, 11, 30))
+    row = result.rows[0]
+    assert row.metrics["instances"] > 1 and row.total_usd is not None
+    page = render_report([to_document(pick_payload(job, result, ()), "pick.json")]).html
+    tips = re.findall(r"<title>(lambda-h100-sxm-8x · [^<]*)</title>", page)
+    assert tips, "no bill segments drawn"
+    assert all(f"{row.metrics['instances']:.0f} instances)" in t for t in tips)
+    # Every segment names the bar's whole: the ranked total, to the cent.
+    assert all(f"of ${row.total_usd:,.2f}" in t for t in tips), (tips, row.total_usd)

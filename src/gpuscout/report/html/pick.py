@@ -191,7 +191,11 @@ def bill_plot(rows: Sequence[PickRow], shown: DisplayCurrency, rates: Sequence[E
     billed = [r for r in rows if r.cost is not None and r.total_usd is not None][:_BILLS]
     if not billed:
         return []
-    bills = [dict(bill_parts(r.cost, shown, rates)) for r in billed if r.cost is not None]
+    # A serving load several instances serve is billed once per instance: the bar is the whole bill (the
+    # ranked total), not one instance's, so the bars order as the table does.
+    copies = [max(r.metrics.get("instances", 1.0), 1.0) for r in billed]
+    bills = [{n: a * k for n, a in bill_parts(r.cost, shown, rates)}
+             for r, k in zip(billed, copies, strict=True) if r.cost is not None]
     names = [n for n in dict.fromkeys(n for b in bills for n in b) if any(b.get(n, 0.0) > 0 for b in bills)]
     tips: dict[str, str | Sequence[str]] = {}
     ys = list(range(len(billed)))[::-1]
@@ -207,8 +211,9 @@ def bill_plot(rows: Sequence[PickRow], shown: DisplayCurrency, rates: Sequence[E
                 if width > 0:
                     bar.set_gid(f"bill-{k}-{j}")
                     share = width / sum(bills[k].values()) if sum(bills[k].values()) > 0 else 0.0
+                    over = f", {copies[k]:.0f} instances" if copies[k] > 1 else ""
                     tips[f"bill-{k}-{j}"] = (f"{row.offer_id} · {name}: {money(width, shown.code)} "
-                                             f"({share:.0%} of {money(sum(bills[k].values()), shown.code)})")
+                                             f"({share:.0%} of {money(sum(bills[k].values()), shown.code)}{over})")
                     marks += 1
             left = [a + w for a, w in zip(left, widths, strict=True)]
         ax.set_yticks(ys, [label(r.offer_id, 34) for r in billed])
@@ -217,9 +222,10 @@ def bill_plot(rows: Sequence[PickRow], shown: DisplayCurrency, rates: Sequence[E
         ax.set_xlabel(f"expected bill, {shown.code}")
         outside_legend(fig, ax)
         svg = canvas.svg(fig, tips)
+    several = " An offer served by several instances shows all of them (the ranked total)." if max(copies) > 1 else ""
     caption = (f"The bills of the {len(billed)} cheapest ranked offers, line by line: the work itself (compute), the "
                "billed start-up and idle tail of the first start, storage while running and while stopped, egress "
-               "and expected retries. Hover a segment for its amount and share.")
+               f"and expected retries.{several} Hover a segment for its amount and share.")
     return [figure(svg, caption, name="pick-bills", marks=marks)]
 
 
