@@ -106,7 +106,6 @@ def main() -> int:
         earlier = json.loads(args.source.read_text())
         observed = [ServingObservation.model_validate(o) for o in earlier["observations"]]
         noise = earlier.get("noise", {})
-        args.requests = earlier.get("requests_per_run", args.requests)
     else:
         missing = missing_modules()
         if missing:
@@ -114,14 +113,13 @@ def main() -> int:
             return 2
         observed, noise = measure(settings, args)
         if args.json:  # the measurement first: minutes of it are not lost to a later failure
-            args.json.write_text(json.dumps({"observations": [o.model_dump() for o in observed], "noise": noise,
-                                             "requests_per_run": args.requests},
+            args.json.write_text(json.dumps({"observations": [o.model_dump() for o in observed], "noise": noise},
                                             indent=1))
     calibration = [o for o in observed if o.kind == "concurrency" and float(o.concurrency or 0) in calibrate_on]
     fit = fit_step_costs(calibration, None, limits=limits, metrics=tuple(args.fit_metrics.split(",")))
     rows = []
     for o in observed:
-        sim = predict(fit.costs, limits, o, requests=args.requests)  # the run as load sent it (seed 0)
+        sim = predict(fit.costs, limits, o)  # one run as load sent it: its requests and seed
         level_noise = noise.get(o.source.rsplit(": ", 1)[-1], {})  # keyed by the load case's name
         for metric in METRICS:
             p, m = predicted(sim, metric), o.measured(metric)
@@ -130,8 +128,8 @@ def main() -> int:
     report(rows, fit, settings, args, time.monotonic() - started)
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "costs": fit.costs.model_dump(), "fit_rms": fit.rms_log_error,
-                                         "observations": [o.model_dump() for o in observed], "noise": noise,
-                                         "requests_per_run": args.requests}, indent=1))
+                                         "observations": [o.model_dump() for o in observed], "noise": noise},
+                                        indent=1))
     return 0
 
 

@@ -274,7 +274,6 @@ def predict(costs: StepCosts, limits: EngineLimits, observation: ServingObservat
     `random.Random(seed).expovariate(rate)`), so it replays the very schedule that was sent, and `load`
     counts throughput from a run's first send to its last reply, ramp and drain included. A long
     simulation gives the steady state instead: on the real engine's 30-request Poisson runs at 19 req/s
-    that came out 25% above the measured throughput, a difference of definition, not of the model.
+    that came out 23-34% above the measured throughput, a difference of definition, not of the model.
     """
     return simulate(SimConfig(costs=costs, limits=limits), observation.arrivals(requests=requests, seed=seed))
-
