@@ -99,6 +99,12 @@ class PickRow(OfferFacts):
     slo_source: str | None = None
     slo_note: str | None = None  # simulated over several instances: what one alone would miss
 
+    @property
+    def instances(self) -> float:
+        """Instances of the offer the total pays for: a serving load one instance cannot hold is priced
+        as several (`metrics["instances"]`, set by the serving verdict); 1 otherwise."""
+        return max(self.metrics.get("instances", 1.0), 1.0)
+
 
 def row_base(offer: Offer, today: date) -> dict[str, object]:
     return {**offer_facts(offer, today), "gpus_needed": None, "runtime_s": None,

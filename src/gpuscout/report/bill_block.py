@@ -55,7 +55,7 @@ def bill_block(row: PickRow, shown: DisplayCurrency, rates: Sequence[ExchangeRat
     if row.cost is None or row.total_usd is None:
         return []
     parts = [(n, a) for n, a in bill_parts(row.cost, shown, rates) if a or n in ("compute", "billed start-up")]
-    instances = row.metrics.get("instances", 1.0)  # a serving load several instances of the offer serve
+    instances = row.instances  # a serving load several instances of the offer serve
     each = f" ({instances:.0f} instances, each:)" if instances > 1 else ":"
     head = Text(f"bill of {row.offer_id}, {money(row.total_usd / shown.usd_per_unit, shown.code)} expected{each}",
                 style="bold")

@@ -50,7 +50,7 @@ def capacity_words(row: PickRow) -> str:
         return f"{needed:.0f} replica{many}: {sig(rate)} req/s each at the SLO"
     if held is not None:
         users = f"{held:.0f} user{'s' if held != 1 else ''}"
-        instances = row.metrics.get("instances", 1.0)
+        instances = row.instances
         if instances > 1:
             return f"× {instances:.0f} instances ({users} a replica)"
         least = "≥ " if row.metrics.get("users_held_per_replica_at_least") else ""

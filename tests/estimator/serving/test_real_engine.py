@@ -79,7 +79,7 @@ def test_simulator_predicts_queueing_on_a_real_engine(tmp_path: Path) -> None:
     low = [observed[1], observed[4], observed[8]]
     fit = fit_step_costs(low, None, limits=limits, metrics=FIT_METRICS)
     high = observed[16]
-    sim = predict(fit.costs, limits, high, requests=REQUESTS)  # one run as load sent it
+    sim = predict(fit.costs, limits, high)  # one run as load sent it: the observation's requests and seed
 
     case = next(c for c in result.cases if c.name == "concurrency 16")
     metrics = {m.name: m for m in case.metrics}
@@ -94,7 +94,7 @@ def test_simulator_predicts_queueing_on_a_real_engine(tmp_path: Path) -> None:
     # step-time noise runs it 20-30% low at every level of a quiet run, validation/serving_sim_engine.md),
     # plus twice the spread of the runs at 16 users. So the check asks whether the simulator predicts
     # 16 users as well as it reproduces 1, 4 and 8: the queueing it adds, not the tail it never models.
-    calibrated = [(o, predict(fit.costs, limits, o, requests=REQUESTS)) for o in low]
+    calibrated = [(o, predict(fit.costs, limits, o)) for o in low]
     in_sample = {m: math.sqrt(sum(math.log(predicted(s, m) / o.measured(m)) ** 2 for o, s in calibrated) / len(low))
                  for m in CHECKED}
     tolerance = {m: in_sample[m] + 2 * noise[m] for m in CHECKED}

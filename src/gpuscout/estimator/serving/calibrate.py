@@ -87,11 +87,11 @@ class ServingObservation(Frozen):
     def label(self) -> str:
         return f"concurrency {self.concurrency}" if self.kind == "concurrency" else f"{self.kind} {self.rate_per_s:g}/s"
 
-    def arrivals(self, *, requests: int | None = None, seed: int | None = None) -> Arrivals:
-        """The same load for the simulator: one run as `load` sent it (`requests` and `seed` override)."""
+    def arrivals(self, *, requests: int | None = None) -> Arrivals:
+        """The same load for the simulator: one run as `load` sent it (`requests` overrides its count)."""
         return Arrivals(kind=self.kind, concurrency=self.concurrency, rate_per_s=self.rate_per_s,
                         requests=requests or self.requests, prompt_tokens=self.prompt_tokens,
-                        output_tokens=self.output_tokens, seed=self.seed if seed is None else seed)
+                        output_tokens=self.output_tokens, seed=self.seed)
 
     def measured(self, metric: str) -> float:
         value: float = getattr(self, metric)
@@ -266,14 +266,14 @@ def _levenberg_marquardt(residuals: Callable[[np.ndarray], np.ndarray], theta: n
 
 
 def predict(costs: StepCosts, limits: EngineLimits, observation: ServingObservation, *,
-            requests: int | None = None, seed: int | None = None) -> SimResult:
+            requests: int | None = None) -> SimResult:
     """The simulator's answer for an observed load (to hold beside the measurement).
 
     By default it simulates one run as `load` sent it (the observation's requests a run and `--seed`):
     the simulator draws a Poisson level's gaps as `load` does (the first request at 0, then
     `random.Random(seed).expovariate(rate)`), so it replays the very schedule that was sent, and `load`
     counts throughput from a run's first send to its last reply, ramp and drain included. A long
-    simulation gives the steady state instead: on the real engine's 30-request Poisson runs at 19 req/s
-    that came out 23-34% above the measured throughput, a difference of definition, not of the model.
+    simulation gives the steady state instead: on the real engine's 30-request Poisson runs that came
+    out 23-34% above the measured throughput, a difference of definition, not of the model.
     """
-    return simulate(SimConfig(costs=costs, limits=limits), observation.arrivals(requests=requests, seed=seed))
+    return simulate(SimConfig(costs=costs, limits=limits), observation.arrivals(requests=requests))

@@ -193,7 +193,7 @@ def bill_plot(rows: Sequence[PickRow], shown: DisplayCurrency, rates: Sequence[E
         return []
     # A serving load several instances serve is billed once per instance: the bar is the whole bill (the
     # ranked total), not one instance's, so the bars order as the table does.
-    copies = [max(r.metrics.get("instances", 1.0), 1.0) for r in billed]
+    copies = [r.instances for r in billed]
     bills = [{n: a * k for n, a in bill_parts(r.cost, shown, rates)}
              for r, k in zip(billed, copies, strict=True) if r.cost is not None]
     names = [n for n in dict.fromkeys(n for b in bills for n in b) if any(b.get(n, 0.0) > 0 for b in bills)]
