@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from gpuscout.estimator.breakdown import MemoryBreakdown, bytes_by_category
@@ -114,6 +114,9 @@ def test_zero_stages_shard_what_the_paper_says() -> None:
     method=st.sampled_from(["full", "lora", "qlora"]), ckpt=st.booleans(),
     attention=st.sampled_from(["flash", "eager"]),
 )
+# Found by CI: the peak phase was chosen without the allocator's reserve, so batch 2 picked the loss
+# backward (less allocated, plus the reserved logits block) and came out 9 MB below batch 1.
+@example(batch=1, seq=215, rank=215, method="lora", ckpt=False, attention="eager")
 def test_memory_never_shrinks_as_batch_sequence_or_rank_grow(
     batch: int, seq: int, rank: int, method: str, ckpt: bool, attention: str
 ) -> None:

@@ -113,11 +113,19 @@ def estimate_finetune_memory(
     root_rs = root_reduce_scatter_bytes(job, shape, layout)
     if root_rs:  # FSDP full fine-tune: the trainable root's gradients, whole, at the end of the backward
         phases["root reduce-scatter"] = grads.bytes + root_rs
-    # The freed 16-bit logits block is reserved, not allocated: it decides the phase, not the reserve.
+    # The freed 16-bit logits block is reserved, not allocated: it adds to the loss backward's peak but not
+    # to the allocator's reserve, which scales with what is allocated. So the peak phase is the one whose
+    # whole peak (allocated + reserve + hole) is largest: choosing by allocated + hole alone let a larger
+    # batch pick a phase with less allocated, and the estimate shrank as the batch grew.
     hole = logits_hole_term(job, shape, layout)
-    phase = max(phases, key=lambda name: phases[name] + (hole.bytes if name == "loss backward" else 0))
-    allocated = round(total_bytes(resident) - paged + phases[phase])
-    fixed = overhead_terms(layout, allocated) + ([hole] if phase == "loss backward" and hole.bytes else [])
+
+    def at_peak(name: str) -> tuple[int, list[MemoryTerm]]:
+        allocated = round(total_bytes(resident) - paged + phases[name])
+        return allocated, overhead_terms(layout, allocated) + ([hole] if name == "loss backward" and hole.bytes else [])
+
+    peaks = {name: at_peak(name) for name in phases}
+    phase = max(peaks, key=lambda name: peaks[name][0] + total_bytes(peaks[name][1]))
+    allocated, fixed = peaks[phase]
     return MemoryBreakdown(
         job_kind="finetune",
         gpu_sku=gpu.sku,
